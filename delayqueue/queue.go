@@ -1,0 +1,71 @@
+// Package delayqueue owns the job engine: the Redis key schema, the Lua
+// scripts that perform every state change, the bucket scanners that move due
+// jobs to the ready lists, and the dispatchers that hand ready jobs to
+// waiting consumers. It knows nothing of HTTP.
+package delayqueue
+
+import (
+	"errors"
+	"time"
+)
+
+// Job states, as stored in Redis and reported by Get.
+const (
+	StateDelay    = "delay"
+	StateReady    = "ready"
+	StateReserved = "reserved"
+)
+
+// Limits the engine enforces (the HTTP layer checks them first, with
+// friendlier messages).
+const (
+	MaxTopicBytes = 128
+	MaxIDBytes    = 256
+	MaxDelay      = time.Duration(1<<31-1) * time.Second
+	MaxTTR        = 86400 * time.Second
+	MaxPopTopics  = 100
+)
+
+// Sentinel errors. Routers map them to responses.
+var (
+	// ErrInvalidJob reports a job or request the engine refuses.
+	ErrInvalidJob = errors.New("invalid job")
+	// ErrUnavailable wraps every failure to talk to Redis.
+	ErrUnavailable = errors.New("redis unavailable")
+	// ErrClosed is returned once the queue is shutting down.
+	ErrClosed = errors.New("queue is shutting down")
+)
+
+// Job is what a producer pushes.
+type Job struct {
+	Topic string
+	ID    string
+	// Delay before the job becomes ready; millisecond granularity, 0 means now.
+	Delay time.Duration
+	// TTR is how long a delivery may last before the job is delivered again.
+	TTR  time.Duration
+	Body string
+}
+
+// Delivery is a job handed to a consumer by Pop.
+type Delivery struct {
+	ID       string
+	Topic    string
+	Body     string
+	TTR      time.Duration
+	Attempts int // deliveries so far, this one included
+}
+
+// JobInfo is the stored view of a job, returned by Get.
+type JobInfo struct {
+	ID        string
+	Topic     string
+	Body      string
+	TTR       time.Duration
+	DueAt     time.Time // when the job was (or will be) first ready
+	State     string
+	Attempts  int
+	CreatedAt time.Time
+	// LeaseUntil is the end of the current delivery, for reserved jobs.
+	LeaseUntil time.Time
+}

@@ -1,0 +1,174 @@
+// Package redistest starts throwaway Redis servers for tests: a real
+// redis-server on a free loopback port, or an in-process miniredis.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// RequireEnv names the environment variable that turns a missing
+// redis-server binary from a skip into a failure (CI sets it).
+const RequireEnv = "DQ_REQUIRE_REDIS"
+
+// Server is a redis-server process started for one test.
+type Server struct {
+	Addr string
+	Dir  string
+	cmd  *exec.Cmd
+	args []string
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Binary returns the path of redis-server, or skips the test (fails it when
+// DQ_REQUIRE_REDIS=1) when it is absent.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("%s not found in PATH and %s=1: install it (apt-get install redis-server)", name, RequireEnv)
+		}
+		t.Skipf("%s not found in PATH: skipping the real-Redis variant (set %s=1 to make this a failure)", name, RequireEnv)
+	}
+	return path
+}
+
+// Start runs a redis-server on a free loopback port with its data in a
+// temporary directory, and stops it when the test ends. extra holds more
+// config directives such as "appendonly yes".
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := Binary(t, "redis-server")
+	dir := t.TempDir()
+	s := &Server{Dir: dir}
+	s.args = append([]string{bin}, extra...)
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		port := FreePort(t)
+		s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+		if lastErr = s.start(port); lastErr == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("start redis-server: %v", lastErr)
+	return nil
+}
+
+func (s *Server) start(port int) error {
+	conf := []string{
+		"port " + strconv.Itoa(port),
+		"bind 127.0.0.1",
+		"dir " + s.Dir,
+		"save \"\"",
+		"daemonize no",
+		"protected-mode no",
+	}
+	conf = append(conf, s.args[1:]...)
+	confPath := filepath.Join(s.Dir, "redis.conf")
+	if err := os.WriteFile(confPath, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(s.Dir, "redis.log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.args[0], confPath)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return err
+	}
+	s.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ping(s.Addr) == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	s.cmd = nil
+	out, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	return fmt.Errorf("redis-server on %s did not answer PING: %s", s.Addr, out)
+}
+
+// Stop kills the server (if still running) and waits for it.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart stops the server and starts it again on the same port and data
+// directory, so AOF/RDB files written so far are loaded again.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(os.Interrupt)
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+	_, portStr, _ := net.SplitHostPort(s.Addr)
+	port, _ := strconv.Atoi(portStr)
+	if err := s.start(port); err != nil {
+		t.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+// Mini starts an in-process miniredis that stops when the test ends.
+func Mini(t testing.TB) *miniredis.Miniredis {
+	t.Helper()
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		t.Fatalf("start miniredis: %v", err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
