@@ -1,0 +1,241 @@
+package routers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// readBody reads the whole request body through the max_body_bytes limit.
+// On failure it answers the request itself (413 when the body is too large)
+// and returns false.
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if !errors.As(err, &tooLarge) {
+			err = fmt.Errorf("could not read the request body: %w", err)
+		}
+		failRequest(w, r, err)
+		return nil, false
+	}
+	return body, true
+}
+
+// jsonObject holds the members of a request object that an endpoint knows,
+// as raw JSON, keyed by their canonical (lower-case) names. Members whose
+// value is null are left out: null means "not given".
+type jsonObject map[string]json.RawMessage
+
+// parseObject checks that body is exactly one JSON object and collects the
+// members named in fields. Like encoding/json decoding into a struct (which
+// the original server did), keys match field names case-insensitively and a
+// repeated key overrides the earlier one; other members are ignored.
+//
+// The raw values are kept because encoding/json silently turns invalid
+// UTF-8 and unpaired surrogate escapes into U+FFFD: the field accessors
+// check the raw bytes first.
+func parseObject(body []byte, fields ...string) (jsonObject, error) {
+	start := bytes.TrimLeft(body, " \t\r\n")
+	if len(start) == 0 {
+		return nil, errors.New("request body is empty: send a JSON object")
+	}
+	if start[0] != '{' {
+		if !json.Valid(start) {
+			return nil, malformedJSON(json.Unmarshal(start, new(any)))
+		}
+		return nil, fmt.Errorf("request body must be a JSON object, got %s", jsonKind(start))
+	}
+
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil { // the opening brace
+		return nil, malformedJSON(err)
+	}
+	obj := jsonObject{}
+	for dec.More() {
+		token, err := dec.Token()
+		if err != nil {
+			return nil, malformedJSON(err)
+		}
+		key, ok := token.(string)
+		if !ok {
+			return nil, malformedJSON(fmt.Errorf("object key is %v, not a string", token))
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, malformedJSON(err)
+		}
+		for _, field := range fields {
+			if !strings.EqualFold(key, field) {
+				continue
+			}
+			if string(value) == "null" {
+				delete(obj, field)
+			} else {
+				obj[field] = value
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, malformedJSON(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("request body has data after the JSON object")
+	}
+	return obj, nil
+}
+
+func malformedJSON(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("request body is not valid JSON: it ends too early")
+	}
+	return fmt.Errorf("request body is not valid JSON: %v", err)
+}
+
+// jsonKind names the type of a raw JSON value, for error messages.
+func jsonKind(raw []byte) string {
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// describeValue shows a rejected value in a message: numbers as written
+// (shortened when huge), other types by kind.
+func describeValue(raw []byte) string {
+	if jsonKind(raw) != "a number" {
+		return jsonKind(raw)
+	}
+	const maxShown = 40
+	if len(raw) > maxShown {
+		return string(raw[:maxShown]) + "…"
+	}
+	return string(raw)
+}
+
+// has reports whether the request gave the field a non-null value.
+func (o jsonObject) has(field string) bool {
+	_, ok := o[field]
+	return ok
+}
+
+// stringField returns the field's string value ("" when absent). It rejects
+// other JSON types, invalid UTF-8, and escapes of unpaired UTF-16 surrogates
+// (such as "\ud800"), which do not encode any character.
+func (o jsonObject) stringField(field string) (string, error) {
+	raw, ok := o[field]
+	if !ok {
+		return "", nil
+	}
+	if raw[0] != '"' {
+		return "", fmt.Errorf("%s must be a string, got %s", field, jsonKind(raw))
+	}
+	if !utf8.Valid(raw) {
+		return "", fmt.Errorf("%s must be valid UTF-8", field)
+	}
+	if hasUnpairedSurrogate(raw) {
+		return "", fmt.Errorf("%s must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)", field)
+	}
+	var value string
+	if err := json.Unmarshal(raw, &value); err != nil {
+		return "", fmt.Errorf("%s must be a string: %w", field, err)
+	}
+	return value, nil
+}
+
+// hasUnpairedSurrogate reports whether a raw JSON string literal contains a
+// \u escape of a UTF-16 surrogate that is not part of a high-low pair.
+// The literal is known to be valid JSON.
+func hasUnpairedSurrogate(literal []byte) bool {
+	for i := 0; i < len(literal); i++ {
+		if literal[i] != '\\' {
+			continue
+		}
+		if literal[i+1] != 'u' {
+			i++ // skip the escaped character, which may be a backslash
+			continue
+		}
+		unit := parseHex4(literal[i+2 : i+6])
+		i += 5
+		switch {
+		case unit >= 0xDC00 && unit <= 0xDFFF:
+			return true // a low surrogate with no high one before it
+		case unit >= 0xD800 && unit <= 0xDBFF:
+			rest := literal[i+1:]
+			if len(rest) < 6 || rest[0] != '\\' || rest[1] != 'u' {
+				return true
+			}
+			low := parseHex4(rest[2:6])
+			if low < 0xDC00 || low > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
+}
+
+// parseHex4 decodes the four hex digits of a \u escape, or returns -1.
+func parseHex4(digits []byte) int {
+	if len(digits) != 4 {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(digits), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(n)
+}
+
+// intField returns the field's integer value (0 when absent) and checks it
+// lies in [min, max]. The number must be written as an integer: "10" is
+// accepted, while "10.5", "10.0" and "1e3" are not, as in the original
+// server (encoding/json refuses them for an int).
+//
+// unit, when not empty, is named in the message after the range.
+func (o jsonObject) intField(field string, min, max int64, unit string) (int64, error) {
+	raw, ok := o[field]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if !isIntegerLiteral(raw) || err != nil || n < min || n > max {
+		if unit != "" {
+			unit = " (" + unit + ")"
+		}
+		return 0, fmt.Errorf("%s must be an integer between %d and %d%s, got %s",
+			field, min, max, unit, describeValue(raw))
+	}
+	return n, nil
+}
+
+// isIntegerLiteral reports whether a raw JSON value is a number with neither
+// a fraction nor an exponent.
+func isIntegerLiteral(raw []byte) bool {
+	digits := bytes.TrimPrefix(raw, []byte("-"))
+	if len(digits) == 0 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}

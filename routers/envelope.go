@@ -1,0 +1,116 @@
+package routers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// Envelope codes, as in the original server.
+const (
+	codeSuccess = 0
+	codeFailure = 1
+)
+
+// Generic answers: internal detail goes to the log, not to the client.
+const (
+	msgInternalError    = "internal error"
+	msgRedisUnavailable = "redis unavailable, try again"
+	msgShuttingDown     = "server is shutting down, try again"
+	msgRequestCanceled  = "request canceled"
+)
+
+// envelope is every answer's body.
+type envelope struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data"`
+}
+
+// writeEnvelope is the only function that writes a response. It writes at
+// most once per request, so a handler that panics after answering is not
+// answered twice.
+func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, message string, data any) {
+	rec := recordOf(r)
+	if rec.written {
+		return
+	}
+	rec.written = true
+	rec.status, rec.code = status, code
+
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // bodies stay readable; the content type is JSON, not HTML
+	if err := enc.Encode(envelope{Code: code, Message: message, Data: data}); err != nil {
+		// Only the data can fail to encode; answer without it.
+		buf.Reset()
+		_ = enc.Encode(envelope{Code: codeFailure, Message: msgInternalError})
+		rec.code = codeFailure
+	}
+	header := w.Header()
+	header.Set("Content-Type", "application/json; charset=utf-8")
+	header.Set("Content-Length", strconv.Itoa(buf.Len()))
+	header.Set("X-Content-Type-Options", "nosniff")
+	header.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func succeed(w http.ResponseWriter, r *http.Request, message string, data any) {
+	writeEnvelope(w, r, http.StatusOK, codeSuccess, message, data)
+}
+
+// fail answers code 1 with status 200: the original's clients treat any
+// other status as a transport failure and would lose the message.
+func fail(w http.ResponseWriter, r *http.Request, message string) {
+	writeEnvelope(w, r, http.StatusOK, codeFailure, message, nil)
+}
+
+// failRequest answers a request that could not be read or decoded.
+func failRequest(w http.ResponseWriter, r *http.Request, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeEnvelope(w, r, http.StatusRequestEntityTooLarge, codeFailure,
+			"request body is larger than max_body_bytes ("+strconv.FormatInt(tooLarge.Limit, 10)+" bytes)", nil)
+		return
+	}
+	fail(w, r, err.Error())
+}
+
+// failQueue maps an engine error to an answer. Only the engine's sentinel
+// errors reach the client as such; anything else is logged and answered
+// generically.
+func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, err error) {
+	ctx := r.Context()
+	rec := recordOf(r)
+	attrs := []slog.Attr{slog.String("op", op), slog.String(logKeyErr, err.Error())}
+	if rec.topic != "" {
+		attrs = append(attrs, slog.String(logKeyTopic, rec.topic))
+	}
+	if rec.jobID != "" {
+		attrs = append(attrs, slog.String(logKeyJobID, rec.jobID))
+	}
+	switch {
+	case errors.Is(err, delayqueue.ErrUnavailable):
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", attrs...)
+		fail(w, r, msgRedisUnavailable)
+	case errors.Is(err, delayqueue.ErrInvalidJob):
+		// The engine's own validation; its message says what is wrong.
+		fail(w, r, err.Error())
+	case errors.Is(err, delayqueue.ErrClosed):
+		fail(w, r, msgShuttingDown)
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// The client went away; nobody reads this answer.
+		h.logger.LogAttrs(ctx, slog.LevelDebug, "request canceled by the client", attrs...)
+		fail(w, r, msgRequestCanceled)
+	default:
+		h.logger.LogAttrs(ctx, slog.LevelError, "queue operation failed", attrs...)
+		fail(w, r, msgInternalError)
+	}
+}

@@ -1,0 +1,78 @@
+package routers
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// jobView is the data of /get. The first five fields are the original's,
+// with delay = the due time in absolute unix seconds; the rest are new.
+type jobView struct {
+	Topic string `json:"topic"`
+	ID    string `json:"id"`
+	Delay int64  `json:"delay"`
+	TTR   int64  `json:"ttr"`
+	Body  string `json:"body"`
+	// DelayMS is the due time in unix milliseconds.
+	DelayMS   int64  `json:"delay_ms"`
+	State     string `json:"state"`
+	Attempts  int    `json:"attempts"`
+	CreatedAt int64  `json:"created_at"` // unix seconds; 0 when unknown
+}
+
+func newJobView(info *delayqueue.JobInfo) jobView {
+	return jobView{
+		Topic:     info.Topic,
+		ID:        info.ID,
+		Delay:     unixSeconds(info.DueAt),
+		TTR:       int64(info.TTR / time.Second),
+		Body:      info.Body,
+		DelayMS:   unixMillis(info.DueAt),
+		State:     info.State,
+		Attempts:  info.Attempts,
+		CreatedAt: unixSeconds(info.CreatedAt),
+	}
+}
+
+// unixSeconds and unixMillis map the zero time (unknown, e.g. for a job
+// imported from the original server) to 0 rather than year 1.
+func unixSeconds(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
+}
+
+func unixMillis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// get returns a job's stored view, or data null for an unknown id.
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeID(body)
+	if err != nil {
+		fail(w, r, err.Error())
+		return
+	}
+	noteJob(r, "", req.ID)
+	info, err := h.queue.Get(r.Context(), req.ID)
+	if err != nil {
+		h.failQueue(w, r, "get", err)
+		return
+	}
+	if info == nil {
+		succeed(w, r, "job not found", nil)
+		return
+	}
+	noteJob(r, info.Topic, "")
+	succeed(w, r, "ok", newJobView(info))
+}

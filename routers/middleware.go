@@ -1,0 +1,182 @@
+package routers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// requestRecord collects what the request log line reports. logRequests puts
+// one in the request context; handlers fill in the job they worked on and
+// writeEnvelope the outcome.
+type requestRecord struct {
+	topic   string
+	jobID   string
+	status  int
+	code    int
+	written bool
+}
+
+type requestRecordKey struct{}
+
+// recordOf returns the request's record, or a throwaway one when the
+// request did not pass through logRequests.
+func recordOf(r *http.Request) *requestRecord {
+	if rec, ok := r.Context().Value(requestRecordKey{}).(*requestRecord); ok {
+		return rec
+	}
+	return &requestRecord{}
+}
+
+// noteJob records the topic and job id a request is about, for the log line.
+func noteJob(r *http.Request, topic, id string) {
+	rec := recordOf(r)
+	if topic != "" {
+		rec.topic = topic
+	}
+	if id != "" {
+		rec.jobID = id
+	}
+}
+
+// logRequests writes one line per request. Successes log at debug so that a
+// busy server stays quiet at info; failures (code 1) log at info. Job bodies
+// are never logged.
+func (h *handler) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &requestRecord{}
+		r = r.WithContext(context.WithValue(r.Context(), requestRecordKey{}, rec))
+		defer func() {
+			level := slog.LevelDebug
+			if rec.code != 0 || rec.status != http.StatusOK {
+				level = slog.LevelInfo
+			}
+			attrs := []slog.Attr{
+				slog.String("method", r.Method),
+				slog.String("path", r.URL.Path),
+				slog.Int("status", rec.status),
+				slog.Int("code", rec.code),
+				slog.Duration("duration", time.Since(start)),
+			}
+			if rec.topic != "" {
+				attrs = append(attrs, slog.String(logKeyTopic, rec.topic))
+			}
+			if rec.jobID != "" {
+				attrs = append(attrs, slog.String(logKeyJobID, rec.jobID))
+			}
+			h.logger.LogAttrs(r.Context(), level, "http request", attrs...)
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverPanics turns a panic in a handler into a logged error and a code 1
+// answer, instead of a dropped connection.
+func (h *handler) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p) // the documented way to abort a response on purpose
+			}
+			h.logger.ErrorContext(r.Context(), "panic in http handler",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			writeEnvelope(w, r, http.StatusOK, codeFailure, msgInternalError, nil)
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// rejectCrossOrigin answers 403 to a request whose Origin header names
+// another host than the one it was sent to. Browsers send Origin on
+// cross-site POSTs; this stops a web page from pushing or deleting jobs on a
+// server its visitor can reach. Clients that send no Origin (curl, SDKs) pass.
+func (h *handler) rejectCrossOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origins := r.Header.Values("Origin")
+		for _, origin := range origins {
+			if !sameOrigin(origin, r.Host) {
+				writeEnvelope(w, r, http.StatusForbidden, codeFailure,
+					fmt.Sprintf("cross-origin request refused: Origin %q does not match host %q", origin, r.Host), nil)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sameOrigin reports whether the Origin header value names host. The
+// scheme's default port is ignored on both sides, since browsers omit it
+// from Origin while some clients include it in Host.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.Scheme == "" || host == "" {
+		return false // "null", garbage or a missing Host never match
+	}
+	return strings.EqualFold(withoutDefaultPort(u.Scheme, u.Host), withoutDefaultPort(u.Scheme, host))
+}
+
+func withoutDefaultPort(scheme, host string) string {
+	switch strings.ToLower(scheme) {
+	case "http":
+		return strings.TrimSuffix(host, ":80")
+	case "https":
+		return strings.TrimSuffix(host, ":443")
+	}
+	return host
+}
+
+// rejectUnroutable answers the requests the mux would otherwise answer
+// itself in plain text: CONNECT (routed by host, not path) and paths that are
+// not clean ("//push", "/./push"), which the mux redirects.
+func (h *handler) rejectUnroutable(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			h.methodNotAllowed(w, r)
+			return
+		}
+		if !isCleanPath(r.URL.EscapedPath()) {
+			h.notFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isCleanPath reports whether p is an absolute path that path.Clean leaves
+// alone, apart from a trailing slash.
+func isCleanPath(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	cleaned := path.Clean(p)
+	if strings.HasSuffix(p, "/") && cleaned != "/" {
+		cleaned += "/"
+	}
+	return cleaned == p
+}
+
+// allowedMethods is the Allow header of every 405: all endpoints are POST.
+const allowedMethods = http.MethodPost
+
+func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", allowedMethods)
+	writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
+		fmt.Sprintf("method %s is not allowed on %s: use POST with a JSON body", r.Method, r.URL.Path), nil)
+}
+
+func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
+	writeEnvelope(w, r, http.StatusNotFound, codeFailure,
+		fmt.Sprintf("unknown path %q: the endpoints are /push, /pop, /finish, /delete and /get", r.URL.Path), nil)
+}

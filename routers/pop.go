@@ -1,0 +1,107 @@
+package routers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// popRequest is the body of /pop: "topic" lists one or more topics
+// separated by commas; "timeout" (seconds) shortens the hold.
+type popRequest struct {
+	Topics []string
+	Hold   time.Duration
+}
+
+// deliveryView is the data of a /pop that got a job. ttr is in seconds;
+// attempts counts deliveries, this one included.
+type deliveryView struct {
+	ID       string `json:"id"`
+	Body     string `json:"body"`
+	Topic    string `json:"topic"`
+	TTR      int64  `json:"ttr"`
+	Attempts int    `json:"attempts"`
+}
+
+// decodePop parses and validates a /pop body. blockTimeout is both the
+// default hold and the largest timeout accepted.
+func decodePop(body []byte, blockTimeout time.Duration) (popRequest, error) {
+	obj, err := parseObject(body, "topic", "timeout")
+	if err != nil {
+		return popRequest{}, err
+	}
+	list, err := obj.stringField("topic")
+	if err != nil {
+		return popRequest{}, err
+	}
+	if strings.TrimSpace(list) == "" {
+		return popRequest{}, errors.New("topic is required: one topic or several separated by commas")
+	}
+	parts := strings.Split(list, ",")
+	if len(parts) > delayqueue.MaxPopTopics {
+		return popRequest{}, fmt.Errorf("topic lists %d topics: at most %d are allowed", len(parts), delayqueue.MaxPopTopics)
+	}
+	req := popRequest{Topics: make([]string, 0, len(parts)), Hold: blockTimeout}
+	for i, part := range parts {
+		field := "topic"
+		if len(parts) > 1 {
+			field = fmt.Sprintf("topic %d of %d", i+1, len(parts))
+		}
+		topic, err := checkTopic(field, part)
+		if err != nil {
+			return popRequest{}, err
+		}
+		// The first listed topic wins when several have jobs, so a
+		// repeat adds nothing.
+		if !slices.Contains(req.Topics, topic) {
+			req.Topics = append(req.Topics, topic)
+		}
+	}
+
+	maxTimeout := int64(blockTimeout / time.Second)
+	timeout, err := obj.intField("timeout", 0, maxTimeout, "seconds, at most queue_block_timeout")
+	if err != nil {
+		return popRequest{}, err
+	}
+	if obj.has("timeout") {
+		req.Hold = time.Duration(timeout) * time.Second
+	}
+	return req, nil
+}
+
+// pop holds the request until a job of one of the topics is ready or the
+// hold ends. The request context ends the hold early when the client goes.
+func (h *handler) pop(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodePop(body, h.opts.BlockTimeout)
+	if err != nil {
+		fail(w, r, err.Error())
+		return
+	}
+	noteJob(r, strings.Join(req.Topics, ","), "")
+	delivery, err := h.queue.Pop(r.Context(), req.Topics, req.Hold)
+	if err != nil {
+		h.failQueue(w, r, "pop", err)
+		return
+	}
+	if delivery == nil {
+		succeed(w, r, "no job ready", nil)
+		return
+	}
+	noteJob(r, delivery.Topic, delivery.ID)
+	succeed(w, r, "ok", deliveryView{
+		ID:       delivery.ID,
+		Body:     delivery.Body,
+		Topic:    delivery.Topic,
+		TTR:      int64(delivery.TTR / time.Second),
+		Attempts: delivery.Attempts,
+	})
+}
