@@ -1,0 +1,131 @@
+// Package config owns the server's settings: their defaults, reading them
+// from an ini file in the original ouqiang/delay-queue format, and checking
+// that they make sense together. It knows nothing of Redis or HTTP.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// EmbeddedHost is the redis.host value that asks for an in-process
+// miniredis instead of a Redis server.
+const EmbeddedHost = "embedded"
+
+// Log formats accepted by log_format.
+const (
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+)
+
+// Config holds every setting of the server. Durations are stored as
+// time.Duration; the file gives them in whole seconds or milliseconds, as
+// each key's documentation says.
+type Config struct {
+	// BindAddress is where the HTTP server listens (bind_address).
+	BindAddress string
+	// BucketSize is the number of bucket ZSETs (bucket_size).
+	BucketSize int
+	// BucketName is the bucket key template with one %d (bucket_name).
+	BucketName string
+	// QueueName is the ready-list key template with one %s, the topic
+	// (queue_name).
+	QueueName string
+	// QueueBlockTimeout is the longest a /pop is held (queue_block_timeout,
+	// seconds).
+	QueueBlockTimeout time.Duration
+	// KeyPrefix namespaces job hashes and the engine's other keys
+	// (key_prefix).
+	KeyPrefix string
+	// MaxBodyBytes caps an HTTP request body (max_body_bytes).
+	MaxBodyBytes int64
+	// MaxJobBodyBytes caps one job's body (max_job_body_bytes).
+	MaxJobBodyBytes int64
+	// ReadHeaderTimeout bounds reading a request's headers
+	// (read_header_timeout, seconds).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections left idle this long
+	// (idle_timeout, seconds).
+	IdleTimeout time.Duration
+	// ShutdownTimeout bounds a graceful shutdown (shutdown_timeout, seconds).
+	ShutdownTimeout time.Duration
+	// LogLevel is the least severe level logged (log_level).
+	LogLevel slog.Level
+	// LogFormat is LogFormatText or LogFormatJSON (log_format).
+	LogFormat string
+	// Redis says how to reach Redis (the redis.* keys).
+	Redis Redis
+}
+
+// Redis holds the redis.* settings.
+type Redis struct {
+	// Host is host:port, or EmbeddedHost (redis.host).
+	Host string
+	// DB is the database number (redis.db).
+	DB int
+	// Password is sent with AUTH when not empty (redis.password).
+	Password string
+	// MaxIdle is the pool's idle connection cap (redis.max_idle).
+	MaxIdle int
+	// MaxActive is the pool's connection cap; 0 lets the engine pick
+	// (redis.max_active).
+	MaxActive int
+	// ConnectTimeout bounds dialing (redis.connect_timeout, ms).
+	ConnectTimeout time.Duration
+	// ReadTimeout bounds waiting for a reply; it must exceed
+	// QueueBlockTimeout (redis.read_timeout, ms).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds sending a command (redis.write_timeout, ms).
+	WriteTimeout time.Duration
+}
+
+// Embedded reports whether redis.host asks for an in-process miniredis.
+func (r Redis) Embedded() bool { return r.Host == EmbeddedHost }
+
+// Default returns the settings used when no file is given. The original's
+// keys keep the original's defaults.
+func Default() Config {
+	return Config{
+		BindAddress:       "0.0.0.0:9277",
+		BucketSize:        3,
+		BucketName:        "dq_bucket_%d",
+		QueueName:         "dq_queue_%s",
+		QueueBlockTimeout: 178 * time.Second,
+		KeyPrefix:         "dq_",
+		MaxBodyBytes:      16 << 20,
+		MaxJobBodyBytes:   1 << 20,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       240 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		LogLevel:          slog.LevelInfo,
+		LogFormat:         LogFormatText,
+		Redis: Redis{
+			Host:           "127.0.0.1:6379",
+			DB:             1,
+			Password:       "",
+			MaxIdle:        10,
+			MaxActive:      0,
+			ConnectTimeout: 5000 * time.Millisecond,
+			ReadTimeout:    180000 * time.Millisecond,
+			WriteTimeout:   3000 * time.Millisecond,
+		},
+	}
+}
+
+// ParseLogLevel turns a log_level value (debug, info, warn or warning,
+// error; any case) into a slog level.
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%q is not one of debug, info, warn, error", s)
+}

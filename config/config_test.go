@@ -1,0 +1,413 @@
+package config
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultMatchesTheOriginal(t *testing.T) {
+	got := Default()
+	want := Config{
+		BindAddress:       "0.0.0.0:9277",
+		BucketSize:        3,
+		BucketName:        "dq_bucket_%d",
+		QueueName:         "dq_queue_%s",
+		QueueBlockTimeout: 178 * time.Second,
+		KeyPrefix:         "dq_",
+		MaxBodyBytes:      16777216,
+		MaxJobBodyBytes:   1048576,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       240 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		LogLevel:          slog.LevelInfo,
+		LogFormat:         "text",
+		Redis: Redis{
+			Host:           "127.0.0.1:6379",
+			DB:             1,
+			Password:       "",
+			MaxIdle:        10,
+			MaxActive:      0,
+			ConnectTimeout: 5 * time.Second,
+			ReadTimeout:    180 * time.Second,
+			WriteTimeout:   3 * time.Second,
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Default() =\n%+v\nwant\n%+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+	if got.Redis.Embedded() {
+		t.Fatal("default redis.host reports embedded")
+	}
+}
+
+// The original's files must load unchanged.
+func TestLoadOriginalFiles(t *testing.T) {
+	tests := []struct {
+		file         string
+		change       func(*Config)
+		wantWarnings []string
+	}{
+		{
+			// v0.4's shipped file: every line commented out.
+			file:   "original-v0.4.conf",
+			change: func(*Config) {},
+		},
+		{
+			// The same file with every line uncommented: inline "; ..."
+			// comments must not leak into values.
+			file:   "original-v0.4-uncommented.conf",
+			change: func(c *Config) { c.BindAddress = "0.0.0.0:9278" },
+		},
+		{
+			// An early version: quoted values and the bucket key that is gone.
+			file:         "original-early.conf",
+			change:       func(c *Config) { c.BindAddress = "0.0.0.0:5920" },
+			wantWarnings: []string{"unknown key bucket ignored"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			path := filepath.Join("testdata", tt.file)
+			got, warnings, err := Load(path)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			want := Default()
+			tt.change(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Load =\n%+v\nwant\n%+v", got, want)
+			}
+			var wantWarnings []string
+			for _, w := range tt.wantWarnings {
+				wantWarnings = append(wantWarnings, path+": "+w)
+			}
+			if !reflect.DeepEqual(warnings, wantWarnings) {
+				t.Errorf("warnings = %q, want %q", warnings, wantWarnings)
+			}
+		})
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	tests := []struct {
+		name         string
+		ini          string
+		change       func(*Config)
+		wantWarnings []string
+	}{
+		{
+			name:   "empty file",
+			ini:    "",
+			change: func(*Config) {},
+		},
+		{
+			name: "every original key in the root section",
+			ini: `bind_address = 127.0.0.1:8000
+bucket_size = 7
+bucket_name = b_%d
+queue_name = q_%s_ready
+queue_block_timeout = 30
+redis.host = 10.0.0.1:6380
+redis.db = 4
+redis.password = secret
+redis.max_idle = 3
+redis.max_active = 20
+redis.connect_timeout = 250
+redis.read_timeout = 31000
+redis.write_timeout = 1500
+`,
+			change: func(c *Config) {
+				c.BindAddress = "127.0.0.1:8000"
+				c.BucketSize = 7
+				c.BucketName = "b_%d"
+				c.QueueName = "q_%s_ready"
+				c.QueueBlockTimeout = 30 * time.Second
+				c.Redis = Redis{
+					Host: "10.0.0.1:6380", DB: 4, Password: "secret", MaxIdle: 3, MaxActive: 20,
+					ConnectTimeout: 250 * time.Millisecond, ReadTimeout: 31 * time.Second, WriteTimeout: 1500 * time.Millisecond,
+				}
+			},
+		},
+		{
+			name: "redis section",
+			ini: `bucket_size = 2
+[redis]
+host = 127.0.0.1:7000
+db = 0
+password = 'p w'
+read_timeout = 200000
+`,
+			change: func(c *Config) {
+				c.BucketSize = 2
+				c.Redis.Host = "127.0.0.1:7000"
+				c.Redis.DB = 0
+				c.Redis.Password = "p w"
+				c.Redis.ReadTimeout = 200 * time.Second
+			},
+		},
+		{
+			name: "new keys",
+			ini: `key_prefix = app1_
+max_body_bytes = 1000
+max_job_body_bytes = 1000
+read_header_timeout = 5
+idle_timeout = 60
+shutdown_timeout = 2
+log_level = DEBUG
+log_format = JSON
+`,
+			change: func(c *Config) {
+				c.KeyPrefix = "app1_"
+				c.MaxBodyBytes = 1000
+				c.MaxJobBodyBytes = 1000
+				c.ReadHeaderTimeout = 5 * time.Second
+				c.IdleTimeout = 60 * time.Second
+				c.ShutdownTimeout = 2 * time.Second
+				c.LogLevel = slog.LevelDebug
+				c.LogFormat = LogFormatJSON
+			},
+		},
+		{
+			name: "quotes and comments",
+			ini: `bind_address = "127.0.0.1:9000" ; quoted
+redis.password = "a;b#c"
+key_prefix = 'x_' # hash comment
+bucket_size = +4
+`,
+			change: func(c *Config) {
+				c.BindAddress = "127.0.0.1:9000"
+				c.Redis.Password = "a;b#c"
+				c.KeyPrefix = "x_"
+				c.BucketSize = 4
+			},
+		},
+		{
+			name: "empty quoted password",
+			ini:  `redis.password = ""`,
+			change: func(c *Config) {
+				c.Redis.Password = ""
+			},
+		},
+		{
+			name:   "embedded redis",
+			ini:    `redis.host = embedded`,
+			change: func(c *Config) { c.Redis.Host = EmbeddedHost },
+		},
+		{
+			name:   "empty numbers keep their defaults with a warning",
+			ini:    "bucket_size =\nredis.read_timeout = ; ms\nqueue_block_timeout = \"\"\nmax_body_bytes =",
+			change: func(*Config) {},
+			wantWarnings: []string{
+				"bucket_size: empty value, using the default 3",
+				"redis.read_timeout: empty value, using the default 180000",
+				"queue_block_timeout: empty value, using the default 178",
+				"max_body_bytes: empty value, using the default 16777216",
+			},
+		},
+		{
+			name: "unknown keys and sections warn",
+			ini: `bucket = 5
+redis.pool = 3
+[http]
+port = 80
+[redis]
+cluster = yes
+`,
+			change: func(*Config) {},
+			wantWarnings: []string{
+				"unknown key bucket ignored",
+				"unknown key redis.pool ignored",
+				"unknown key [http] port ignored",
+				"unknown key [redis] cluster ignored",
+			},
+		},
+		{
+			name:   "last of a repeated key wins",
+			ini:    "bucket_size = 4\nbucket_size = 5\n",
+			change: func(c *Config) { c.BucketSize = 5 },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, warnings, err := Parse([]byte(tt.ini))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			want := Default()
+			tt.change(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+			}
+			if !reflect.DeepEqual(warnings, tt.wantWarnings) {
+				t.Errorf("warnings = %q, want %q", warnings, tt.wantWarnings)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		ini  string
+		// want are substrings of the error: the key and what is wrong.
+		want []string
+	}{
+		{"word for a number", "bucket_size = three", []string{"bucket_size", `"three" is not a whole number`}},
+		{"fraction", "queue_block_timeout = 1.5", []string{"queue_block_timeout", `"1.5" is not a whole number`}},
+		{"number with unit", "redis.read_timeout = 180s", []string{"redis.read_timeout", `"180s"`}},
+		{"hex", "redis.db = 0x1", []string{"redis.db", `"0x1"`}},
+		{"number in section", "[redis]\nmax_idle = lots", []string{"redis.max_idle", `"lots"`}},
+		{"int overflow", "max_body_bytes = 99999999999999999999", []string{"max_body_bytes", "out of range"}},
+		{"duration overflow", "queue_block_timeout = 9223372036854775807", []string{"queue_block_timeout", "out of range"}},
+		{"bucket_size zero", "bucket_size = 0", []string{"bucket_size = 0", "between 1 and"}},
+		{"bucket_size negative", "bucket_size = -2", []string{"bucket_size = -2"}},
+		{"bucket_size huge", "bucket_size = 5000", []string{"bucket_size = 5000"}},
+		{"bucket_name without %d", "bucket_name = dq_bucket", []string{"bucket_name", "%d exactly once"}},
+		{"bucket_name with %s", "bucket_name = dq_bucket_%s", []string{"bucket_name", "one %d"}},
+		{"bucket_name with two %d", "bucket_name = b_%d_%d", []string{"bucket_name", "%d exactly once"}},
+		{"bucket_name with extra verb", "bucket_name = b_%d_%v", []string{"bucket_name", "the only % allowed"}},
+		{"bucket_name with %%", "bucket_name = b%%_%d", []string{"bucket_name", "the only % allowed"}},
+		{"bucket_name with padded verb", "bucket_name = b_%03d", []string{"bucket_name"}},
+		{"bucket_name trailing %", "bucket_name = b_%d%", []string{"bucket_name"}},
+		{"empty bucket_name", "bucket_name =", []string{"bucket_name", "%d exactly once"}},
+		{"queue_name without %s", "queue_name = dq_queue", []string{"queue_name", "%s exactly once"}},
+		{"queue_name with %d", "queue_name = dq_queue_%d", []string{"queue_name"}},
+		{"queue_name with two %s", "queue_name = q_%s_%s", []string{"queue_name", "%s exactly once"}},
+		{"templates that collide", "bucket_name = dq_%d\nqueue_name = dq_%s", []string{"bucket_name", "queue_name", "share a key"}},
+		{"block timeout equal to read timeout", "queue_block_timeout = 180",
+			[]string{"queue_block_timeout = 180 (seconds)", "redis.read_timeout = 180000 (milliseconds)"}},
+		{"read timeout below block timeout", "redis.read_timeout = 100000",
+			[]string{"queue_block_timeout = 178", "redis.read_timeout = 100000"}},
+		{"block timeout in ms by mistake", "queue_block_timeout = 178000", []string{"queue_block_timeout = 178000"}},
+		{"block timeout zero", "queue_block_timeout = 0", []string{"queue_block_timeout = 0", "at least 1"}},
+		{"block timeout negative", "queue_block_timeout = -1", []string{"queue_block_timeout = -1"}},
+		{"negative connect timeout", "redis.connect_timeout = -5", []string{"redis.connect_timeout = -5", "negative"}},
+		{"negative write timeout", "redis.write_timeout = -1", []string{"redis.write_timeout = -1"}},
+		{"negative db", "redis.db = -1", []string{"redis.db = -1"}},
+		{"negative max_idle", "redis.max_idle = -1", []string{"redis.max_idle = -1"}},
+		{"negative max_active", "redis.max_active = -1", []string{"redis.max_active = -1"}},
+		{"empty bind address", "bind_address =", []string{"bind_address", "empty"}},
+		{"empty quoted bind address", `bind_address = ""`, []string{"bind_address", "empty"}},
+		{"bind address without port", "bind_address = 0.0.0.0", []string{"bind_address", "host:port"}},
+		{"bind address bad port", "bind_address = 0.0.0.0:http", []string{"bind_address", "port"}},
+		{"bind address port too big", "bind_address = 0.0.0.0:70000", []string{"bind_address", "port"}},
+		{"empty redis host", "redis.host =", []string{"redis.host", "empty"}},
+		{"redis host without port", "redis.host = 127.0.0.1", []string{"redis.host", "host:port"}},
+		{"redis port zero", "redis.host = 127.0.0.1:0", []string{"redis.host", "port"}},
+		{"empty key prefix", "key_prefix =", []string{"key_prefix is empty"}},
+		{"zero max body", "max_body_bytes = 0", []string{"max_body_bytes = 0"}},
+		{"zero max job body", "max_job_body_bytes = 0", []string{"max_job_body_bytes = 0"}},
+		{"job body above request body", "max_body_bytes = 100\nmax_job_body_bytes = 101",
+			[]string{"max_job_body_bytes = 101", "max_body_bytes = 100"}},
+		{"job body above redis limit", "max_body_bytes = 9999999999\nmax_job_body_bytes = 9999999999",
+			[]string{"max_job_body_bytes = 9999999999"}},
+		{"zero read header timeout", "read_header_timeout = 0", []string{"read_header_timeout = 0"}},
+		{"zero idle timeout", "idle_timeout = 0", []string{"idle_timeout = 0"}},
+		{"negative shutdown timeout", "shutdown_timeout = -3", []string{"shutdown_timeout = -3"}},
+		{"bad log level", "log_level = loud", []string{"log_level", `"loud"`}},
+		{"empty log level", "log_level =", []string{"log_level"}},
+		{"bad log format", "log_format = xml", []string{"log_format", `"xml"`}},
+		{"key in both spellings", "redis.host = 127.0.0.1:1\n[redis]\nhost = 127.0.0.1:2",
+			[]string{"redis.host is set twice", "[redis] host"}},
+		{"several problems at once", "bucket_size = 0\nlog_format = xml", []string{"bucket_size = 0", "log_format"}},
+		{"not ini", "[redis", []string{"parse ini"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _, err := Parse([]byte(tt.ini))
+			if err == nil {
+				t.Fatalf("Parse succeeded with %+v, want an error containing %q", cfg, tt.want)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			if strings.ContainsAny(msg, "\r\n") {
+				t.Errorf("error %q spans several lines, want one", msg)
+			}
+		})
+	}
+}
+
+func TestValidateCatchesChangesAfterLoad(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"embedded host is valid", func(c *Config) { c.Redis.Host = EmbeddedHost }, ""},
+		{"ipv6 bind", func(c *Config) { c.BindAddress = "[::1]:0" }, ""},
+		{"port zero bind picks a free port", func(c *Config) { c.BindAddress = "127.0.0.1:0" }, ""},
+		{"all interfaces without host", func(c *Config) { c.BindAddress = ":9277" }, ""},
+		{"sub-second block timeout", func(c *Config) { c.QueueBlockTimeout = 500 * time.Millisecond }, "queue_block_timeout = 0.5"},
+		{"read timeout just above block timeout", func(c *Config) { c.Redis.ReadTimeout = 178001 * time.Millisecond }, ""},
+		{"unknown log format", func(c *Config) { c.LogFormat = "" }, "log_format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Default()
+			tt.change(&cfg)
+			err := cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.conf")
+	if _, _, err := Load(missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Load(missing) error = %v, want one naming %s", err, missing)
+	}
+
+	bad := filepath.Join(dir, "bad.conf")
+	if err := os.WriteFile(bad, []byte("bucket = 5\nbucket_size = x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, warnings, err := Load(bad)
+	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "bucket_size") {
+		t.Errorf("Load(bad) error = %v, want one naming %s and bucket_size", err, bad)
+	}
+	if want := []string{bad + ": unknown key bucket ignored"}; !reflect.DeepEqual(warnings, want) {
+		t.Errorf("warnings = %q, want %q", warnings, want)
+	}
+}
+
+func TestParseLogLevel(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    slog.Level
+		wantErr bool
+	}{
+		{"debug", slog.LevelDebug, false},
+		{"info", slog.LevelInfo, false},
+		{"Info", slog.LevelInfo, false},
+		{"warn", slog.LevelWarn, false},
+		{"warning", slog.LevelWarn, false},
+		{"ERROR", slog.LevelError, false},
+		{"", 0, true},
+		{"trace", 0, true},
+		{"-4", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseLogLevel(tt.in)
+		if (err != nil) != tt.wantErr || (!tt.wantErr && got != tt.want) {
+			t.Errorf("ParseLogLevel(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}

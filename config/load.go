@@ -1,0 +1,202 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/ini.v1"
+)
+
+// Load reads the ini file at path over Default() and validates the result.
+//
+// The file uses the original's format: keys such as redis.host sit in the
+// root section. A [redis] section holding host, db... is accepted too.
+// Values may be quoted ('x' or "x"); an unquoted ; or # preceded by a space
+// starts a comment, as in the original (ini.v1 with its default options).
+//
+// warnings lists what was ignored: unknown keys (old confs carry keys that
+// are gone, such as bucket) and empty numeric values. The error, if any,
+// names the file and the key at fault.
+func Load(path string) (Config, []string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("read config: %w", err)
+	}
+	cfg, warnings, err := Parse(data)
+	for i, w := range warnings {
+		warnings[i] = path + ": " + w
+	}
+	if err != nil {
+		return Config{}, warnings, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, warnings, nil
+}
+
+// Parse reads ini text over Default() and validates the result. See Load.
+func Parse(data []byte) (Config, []string, error) {
+	file, err := ini.Load(data)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("parse ini: %w", err)
+	}
+	setters := settingSetters()
+	cfg := Default()
+	var warnings []string
+	// writtenAs remembers how each key was spelled, to report a key given
+	// both as redis.host and as host in [redis].
+	writtenAs := make(map[string]string)
+	for _, section := range file.Sections() {
+		prefix := ""
+		if section.Name() != ini.DefaultSection {
+			prefix = section.Name() + "."
+		}
+		for _, key := range section.Keys() {
+			name := prefix + key.Name()
+			spelling := key.Name()
+			if prefix != "" {
+				spelling = "[" + section.Name() + "] " + key.Name()
+			}
+			set, known := setters[name]
+			if !known {
+				warnings = append(warnings, fmt.Sprintf("unknown key %s ignored", spelling))
+				continue
+			}
+			if earlier, twice := writtenAs[name]; twice {
+				return Config{}, warnings, fmt.Errorf("%s is set twice (as %s and as %s)", name, earlier, spelling)
+			}
+			writtenAs[name] = spelling
+			warning, err := set(&cfg, strings.TrimSpace(key.Value()))
+			if err != nil {
+				return Config{}, warnings, fmt.Errorf("%s: %w", name, err)
+			}
+			if warning != "" {
+				warnings = append(warnings, name+": "+warning)
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, warnings, err
+	}
+	return cfg, warnings, nil
+}
+
+// setter stores one raw value into cfg. It may return a warning to log.
+type setter func(cfg *Config, raw string) (warning string, err error)
+
+// settingSetters maps every known key, in its dotted form, to its setter.
+func settingSetters() map[string]setter {
+	return map[string]setter{
+		"bind_address":        stringSetting(func(c *Config) *string { return &c.BindAddress }),
+		"bucket_size":         intSetting(func(c *Config) *int { return &c.BucketSize }),
+		"bucket_name":         stringSetting(func(c *Config) *string { return &c.BucketName }),
+		"queue_name":          stringSetting(func(c *Config) *string { return &c.QueueName }),
+		"queue_block_timeout": durationSetting(time.Second, func(c *Config) *time.Duration { return &c.QueueBlockTimeout }),
+		"key_prefix":          stringSetting(func(c *Config) *string { return &c.KeyPrefix }),
+		"max_body_bytes":      int64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes }),
+		"max_job_body_bytes":  int64Setting(func(c *Config) *int64 { return &c.MaxJobBodyBytes }),
+		"read_header_timeout": durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }),
+		"idle_timeout":        durationSetting(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout }),
+		"shutdown_timeout":    durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+		"log_level":           logLevelSetting,
+		"log_format":          logFormatSetting,
+
+		"redis.host":            stringSetting(func(c *Config) *string { return &c.Redis.Host }),
+		"redis.db":              intSetting(func(c *Config) *int { return &c.Redis.DB }),
+		"redis.password":        stringSetting(func(c *Config) *string { return &c.Redis.Password }),
+		"redis.max_idle":        intSetting(func(c *Config) *int { return &c.Redis.MaxIdle }),
+		"redis.max_active":      intSetting(func(c *Config) *int { return &c.Redis.MaxActive }),
+		"redis.connect_timeout": durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.ConnectTimeout }),
+		"redis.read_timeout":    durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.ReadTimeout }),
+		"redis.write_timeout":   durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.WriteTimeout }),
+	}
+}
+
+func stringSetting(field func(*Config) *string) setter {
+	return func(c *Config, raw string) (string, error) {
+		*field(c) = raw
+		return "", nil
+	}
+}
+
+// emptyNumber is the warning for "key =" with no number: the original took
+// its default there, and an old conf doing so should still start.
+func emptyNumber(current string) string {
+	return "empty value, using the default " + current
+}
+
+// parseInteger parses a whole number of at most bits bits, with an error
+// that quotes the value.
+func parseInteger(raw string, bits int) (int64, error) {
+	n, err := strconv.ParseInt(raw, 10, bits)
+	if err != nil {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+			return 0, fmt.Errorf("%q is out of range", raw)
+		}
+		return 0, fmt.Errorf("%q is not a whole number", raw)
+	}
+	return n, nil
+}
+
+func intSetting(field func(*Config) *int) setter {
+	return func(c *Config, raw string) (string, error) {
+		if raw == "" {
+			return emptyNumber(strconv.Itoa(*field(c))), nil
+		}
+		n, err := parseInteger(raw, strconv.IntSize)
+		if err != nil {
+			return "", err
+		}
+		*field(c) = int(n)
+		return "", nil
+	}
+}
+
+func int64Setting(field func(*Config) *int64) setter {
+	return func(c *Config, raw string) (string, error) {
+		if raw == "" {
+			return emptyNumber(strconv.FormatInt(*field(c), 10)), nil
+		}
+		n, err := parseInteger(raw, 64)
+		if err != nil {
+			return "", err
+		}
+		*field(c) = n
+		return "", nil
+	}
+}
+
+// durationSetting reads a whole number of units (time.Second or
+// time.Millisecond), as the original's keys are written.
+func durationSetting(unit time.Duration, field func(*Config) *time.Duration) setter {
+	return func(c *Config, raw string) (string, error) {
+		if raw == "" {
+			return emptyNumber(strconv.FormatInt(int64(*field(c)/unit), 10)), nil
+		}
+		n, err := parseInteger(raw, 64)
+		if err != nil {
+			return "", err
+		}
+		if n > math.MaxInt64/int64(unit) || n < math.MinInt64/int64(unit) {
+			return "", fmt.Errorf("%q is out of range", raw)
+		}
+		*field(c) = time.Duration(n) * unit
+		return "", nil
+	}
+}
+
+func logLevelSetting(c *Config, raw string) (string, error) {
+	level, err := ParseLogLevel(raw)
+	if err != nil {
+		return "", err
+	}
+	c.LogLevel = level
+	return "", nil
+}
+
+func logFormatSetting(c *Config, raw string) (string, error) {
+	c.LogFormat = strings.ToLower(raw)
+	return "", nil
+}

@@ -1,0 +1,158 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds Validate enforces beyond "positive".
+const (
+	// MaxBucketSize keeps a typo from starting thousands of bucket scanners.
+	MaxBucketSize = 1024
+	// MaxJobBodyLimit is Redis' own cap on a string value (512 MiB).
+	MaxJobBodyLimit = 512 << 20
+)
+
+// Validate checks every setting and the relations between them. The error
+// is one line naming each key at fault, in the file's units.
+func (c Config) Validate() error {
+	var problems []string
+	add := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+
+	if p := checkAddress(c.BindAddress, 0); p != "" {
+		add("bind_address = %q: %s", c.BindAddress, p)
+	}
+	if c.BucketSize < 1 || c.BucketSize > MaxBucketSize {
+		add("bucket_size = %d: must be between 1 and %d", c.BucketSize, MaxBucketSize)
+	}
+	if p := checkTemplate(c.BucketName, 'd'); p != "" {
+		add("bucket_name = %q: %s", c.BucketName, p)
+	}
+	if p := checkTemplate(c.QueueName, 's'); p != "" {
+		add("queue_name = %q: %s", c.QueueName, p)
+	}
+	if strings.Replace(c.BucketName, "%d", "", 1) == strings.Replace(c.QueueName, "%s", "", 1) {
+		add("bucket_name = %q and queue_name = %q: must differ outside %%d and %%s, or bucket 1 and topic \"1\" share a key",
+			c.BucketName, c.QueueName)
+	}
+	if c.QueueBlockTimeout < time.Second {
+		add("queue_block_timeout = %s: must be at least 1", seconds(c.QueueBlockTimeout))
+	} else if c.QueueBlockTimeout >= c.Redis.ReadTimeout {
+		add("queue_block_timeout = %s (seconds): must be below redis.read_timeout = %s (milliseconds), or a held pop hits the read timeout",
+			seconds(c.QueueBlockTimeout), millis(c.Redis.ReadTimeout))
+	}
+	if c.KeyPrefix == "" {
+		add("key_prefix is empty: job keys need a namespace (the default is dq_)")
+	}
+	if c.MaxBodyBytes < 1 {
+		add("max_body_bytes = %d: must be at least 1", c.MaxBodyBytes)
+	}
+	switch {
+	case c.MaxJobBodyBytes < 1 || c.MaxJobBodyBytes > MaxJobBodyLimit:
+		add("max_job_body_bytes = %d: must be between 1 and %d", c.MaxJobBodyBytes, MaxJobBodyLimit)
+	case c.MaxBodyBytes >= 1 && c.MaxJobBodyBytes > c.MaxBodyBytes:
+		add("max_job_body_bytes = %d: must not exceed max_body_bytes = %d, or no request could carry such a job",
+			c.MaxJobBodyBytes, c.MaxBodyBytes)
+	}
+	for _, d := range []struct {
+		key   string
+		value time.Duration
+	}{
+		{"read_header_timeout", c.ReadHeaderTimeout},
+		{"idle_timeout", c.IdleTimeout},
+		{"shutdown_timeout", c.ShutdownTimeout},
+	} {
+		if d.value < time.Second {
+			add("%s = %s: must be at least 1", d.key, seconds(d.value))
+		}
+	}
+	if c.LogFormat != LogFormatText && c.LogFormat != LogFormatJSON {
+		add("log_format = %q: must be %s or %s", c.LogFormat, LogFormatText, LogFormatJSON)
+	}
+
+	if !c.Redis.Embedded() {
+		if p := checkAddress(c.Redis.Host, 1); p != "" {
+			add("redis.host = %q: %s, or %s", c.Redis.Host, p, EmbeddedHost)
+		}
+	}
+	if c.Redis.DB < 0 {
+		add("redis.db = %d: must not be negative", c.Redis.DB)
+	}
+	if c.Redis.MaxIdle < 0 {
+		add("redis.max_idle = %d: must not be negative", c.Redis.MaxIdle)
+	}
+	if c.Redis.MaxActive < 0 {
+		add("redis.max_active = %d: must not be negative (0 lets the server choose)", c.Redis.MaxActive)
+	}
+	if c.Redis.ConnectTimeout < 0 {
+		add("redis.connect_timeout = %s: must not be negative (0 means no timeout)", millis(c.Redis.ConnectTimeout))
+	}
+	if c.Redis.WriteTimeout < 0 {
+		add("redis.write_timeout = %s: must not be negative (0 means no timeout)", millis(c.Redis.WriteTimeout))
+	}
+
+	if len(problems) == 0 {
+		return nil
+	}
+	return errors.New("invalid configuration: " + strings.Join(problems, "; "))
+}
+
+// checkAddress describes what is wrong with a host:port address, or returns
+// "". The port must be a number no lower than minPort.
+func checkAddress(addr string, minPort int) string {
+	if addr == "" {
+		return "empty, want host:port"
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "want host:port"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < minPort || n > 65535 {
+		return fmt.Sprintf("port must be a number from %d to 65535", minPort)
+	}
+	return ""
+}
+
+// checkTemplate describes what is wrong with a key template that must hold
+// the verb (d or s) exactly once and no other %, or returns "". Anything
+// else would break the key names the engine (and its Lua scripts) build.
+func checkTemplate(tmpl string, verb byte) string {
+	count := 0
+	for i := 0; i < len(tmpl); i++ {
+		if tmpl[i] != '%' {
+			continue
+		}
+		if i+1 < len(tmpl) && tmpl[i+1] == verb {
+			count++
+			i++
+			continue
+		}
+		return fmt.Sprintf("the only %% allowed is one %%%c", verb)
+	}
+	if count != 1 {
+		return fmt.Sprintf("must contain %%%c exactly once", verb)
+	}
+	return ""
+}
+
+// seconds and millis print a duration in the unit its key is written in.
+func seconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10)
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+func millis(d time.Duration) string {
+	if d%time.Millisecond == 0 {
+		return strconv.FormatInt(int64(d/time.Millisecond), 10)
+	}
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
+}
