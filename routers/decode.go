@@ -42,34 +42,36 @@ type jsonObject map[string]json.RawMessage
 // UTF-8 and unpaired surrogate escapes into U+FFFD: the field accessors
 // check the raw bytes first.
 func parseObject(body []byte, fields ...string) (jsonObject, error) {
-	start := bytes.TrimLeft(body, " \t\r\n")
-	if len(start) == 0 {
+	if len(bytes.TrimLeft(body, " \t\r\n")) == 0 {
 		return nil, errors.New("request body is empty: send a JSON object")
 	}
-	if start[0] != '{' {
-		if !json.Valid(start) {
-			return nil, malformedJSON(json.Unmarshal(start, new(any)))
-		}
-		return nil, fmt.Errorf("request body must be a JSON object, got %s", jsonKind(start))
+	// First the whole value, for precise syntax errors, then what follows.
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var whole json.RawMessage
+	if err := dec.Decode(&whole); err != nil {
+		return nil, malformedJSON(err)
+	}
+	if whole[0] != '{' {
+		return nil, fmt.Errorf("request body must be a JSON object, got %s", jsonKind(whole))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("request body has data after the JSON object")
 	}
 
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // the opening brace
+	// The object is valid JSON now: walk its members in order.
+	members := json.NewDecoder(bytes.NewReader(whole))
+	if _, err := members.Token(); err != nil { // the opening brace
 		return nil, malformedJSON(err)
 	}
 	obj := jsonObject{}
-	for dec.More() {
-		token, err := dec.Token()
+	for members.More() {
+		token, err := members.Token()
 		if err != nil {
 			return nil, malformedJSON(err)
 		}
-		key, ok := token.(string)
-		if !ok {
-			return nil, malformedJSON(fmt.Errorf("object key is %v, not a string", token))
-		}
+		key, _ := token.(string) // object keys are strings in valid JSON
 		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
+		if err := members.Decode(&value); err != nil {
 			return nil, malformedJSON(err)
 		}
 		for _, field := range fields {
@@ -83,18 +85,16 @@ func parseObject(body []byte, fields ...string) (jsonObject, error) {
 			}
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, malformedJSON(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("request body has data after the JSON object")
-	}
 	return obj, nil
 }
 
 func malformedJSON(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errors.New("request body is not valid JSON: it ends too early")
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return fmt.Errorf("request body is not valid JSON: %v (at byte %d)", syntax, syntax.Offset)
 	}
 	return fmt.Errorf("request body is not valid JSON: %v", err)
 }

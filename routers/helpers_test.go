@@ -1,0 +1,172 @@
+package routers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// queueCall records one call the handler made to the fake queue.
+type queueCall struct {
+	op     string
+	job    delayqueue.Job
+	topics []string
+	hold   time.Duration
+	id     string
+}
+
+// fakeQueue implements Queue, records calls and answers what it is told.
+type fakeQueue struct {
+	mu    sync.Mutex
+	calls []queueCall
+
+	err      error                // returned by every method when set
+	delivery *delayqueue.Delivery // returned by Pop
+	info     *delayqueue.JobInfo  // returned by Get
+	panicMsg string               // every method panics with it when set
+
+	// popStarted, when set, receives the context of every Pop, which then
+	// waits for that context to end and returns its error.
+	popStarted chan context.Context
+}
+
+func (f *fakeQueue) record(c queueCall) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, c)
+	if f.panicMsg != "" {
+		panic(f.panicMsg)
+	}
+}
+
+func (f *fakeQueue) recorded() []queueCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]queueCall(nil), f.calls...)
+}
+
+func (f *fakeQueue) Push(ctx context.Context, job delayqueue.Job) error {
+	f.record(queueCall{op: "push", job: job})
+	return f.err
+}
+
+func (f *fakeQueue) Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error) {
+	f.record(queueCall{op: "pop", topics: topics, hold: hold})
+	if f.popStarted != nil {
+		f.popStarted <- ctx
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return f.delivery, f.err
+}
+
+func (f *fakeQueue) Finish(ctx context.Context, id string) error {
+	f.record(queueCall{op: "finish", id: id})
+	return f.err
+}
+
+func (f *fakeQueue) Delete(ctx context.Context, id string) error {
+	f.record(queueCall{op: "delete", id: id})
+	return f.err
+}
+
+func (f *fakeQueue) Get(ctx context.Context, id string) (*delayqueue.JobInfo, error) {
+	f.record(queueCall{op: "get", id: id})
+	return f.info, f.err
+}
+
+// testLogWriter routes log lines to t.Log.
+type testLogWriter struct{ t testing.TB }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// testOptions returns small limits that tests can reach.
+func testOptions() Options {
+	return Options{MaxBodyBytes: 4096, MaxJobBodyBytes: 64, BlockTimeout: 30 * time.Second}
+}
+
+// response is a decoded answer.
+type response struct {
+	status int
+	header http.Header
+	raw    string
+	code   int
+	msg    string
+	data   json.RawMessage
+}
+
+// serve sends one request to h and checks that the answer is a well-formed
+// envelope, whatever the case.
+func serve(t testing.TB, h http.Handler, method, path, body string, headers ...string) response {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	resp, err := parseEnvelope(rec.Code, rec.Header(), rec.Body.Bytes())
+	if err != "" {
+		t.Fatalf("%s %s %q: %s", method, path, body, err)
+	}
+	return resp
+}
+
+// parseEnvelope checks an answer: JSON content type, an object with exactly
+// code (0 or 1), message (a non-empty string) and data, code 0 only with
+// status 200, and a status from the API's table. It returns a description of
+// the first problem, or "".
+func parseEnvelope(status int, header http.Header, body []byte) (response, string) {
+	resp := response{status: status, header: header, raw: string(body)}
+	if ct := header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		return resp, "Content-Type is " + ct
+	}
+	switch status {
+	case http.StatusOK, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
+	default:
+		return resp, "unexpected status " + http.StatusText(status)
+	}
+	var members map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&members); err != nil {
+		return resp, "body is not a JSON object: " + err.Error() + ": " + string(body)
+	}
+	if dec.More() {
+		return resp, "data after the envelope: " + string(body)
+	}
+	if len(members) != 3 {
+		return resp, "envelope does not have exactly code, message, data: " + string(body)
+	}
+	if err := json.Unmarshal(members["code"], &resp.code); err != nil || (resp.code != 0 && resp.code != 1) {
+		return resp, "code is not 0 or 1: " + string(body)
+	}
+	if err := json.Unmarshal(members["message"], &resp.msg); err != nil || resp.msg == "" {
+		return resp, "message is not a non-empty string: " + string(body)
+	}
+	data, ok := members["data"]
+	if !ok {
+		return resp, "no data member: " + string(body)
+	}
+	resp.data = data
+	if resp.code == 0 && status != http.StatusOK {
+		return resp, "code 0 with a status other than 200: " + string(body)
+	}
+	return resp, ""
+}
