@@ -1,0 +1,161 @@
+package delayqueue
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// dispatchLoop is one shared blocking Redis loop. It waits with BLPOP on the
+// wake-up lists of the topics it serves that have held Pops in this process,
+// and for each token claims a job for the first waiter of that topic. A few
+// loops serve any number of waiters and topics, so held Pops cost no Redis
+// connection each.
+//
+// Tokens only wake; the claim script decides. A token lost with a killed
+// process delays a wake-up by at most one blocking timeout, after which the
+// loop tries every topic it serves anyway.
+type dispatchLoop struct {
+	q       *Queue
+	index   int
+	control string
+
+	mu      sync.Mutex
+	blocked bool
+}
+
+func newDispatchLoop(q *Queue, index int) *dispatchLoop {
+	return &dispatchLoop{q: q, index: index, control: q.keys.control(q.instance, index)}
+}
+
+func (l *dispatchLoop) setBlocked(b bool) {
+	l.mu.Lock()
+	l.blocked = b
+	l.mu.Unlock()
+}
+
+// interrupt ends the loop's current BLPOP so it listens to a new topic.
+func (l *dispatchLoop) interrupt() {
+	l.mu.Lock()
+	blocked := l.blocked
+	l.mu.Unlock()
+	if !blocked {
+		return // it reads its topics again before it blocks
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = l.q.withConn(ctx, func(c redis.Conn) error {
+		if err := c.Send("LPUSH", l.control, "1"); err != nil {
+			return err
+		}
+		// A process killed with a token here leaves nothing for long.
+		_, err := c.Do("PEXPIRE", l.control, 60000)
+		return err
+	})
+}
+
+func (l *dispatchLoop) run(ctx context.Context) {
+	var conn redis.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	changed := l.q.waiters.changed[l.index]
+	wait := l.q.opts.ScanInterval
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		l.setBlocked(true)
+		topics := l.q.waiters.topicsOf(l.index)
+		if len(topics) == 0 {
+			l.setBlocked(false)
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if conn == nil {
+			c, err := l.q.opts.Dial()
+			if err != nil {
+				l.setBlocked(false)
+				l.q.noteRedis(err)
+				l.sleep(ctx, backoff)
+				backoff = min(backoff*2, wait)
+				continue
+			}
+			conn = c
+		}
+		args := make([]any, 0, len(topics)+2)
+		for _, t := range topics {
+			args = append(args, l.q.keys.wake(t))
+		}
+		args = append(args, l.control, int(max(wait/time.Second, 1)))
+		reply, err := redis.Strings(redis.DoWithTimeout(conn, wait+5*time.Second, "BLPOP", args...))
+		l.setBlocked(false)
+		switch {
+		case err == redis.ErrNil:
+			// Timed out: the safety net. Try every topic, in case a token was
+			// lost with a killed process or a dropped connection.
+			l.q.noteRedis(nil)
+			for _, t := range topics {
+				for l.serve(ctx, t) {
+				}
+			}
+		case err != nil:
+			conn.Close()
+			conn = nil
+			l.q.noteRedis(err)
+			l.sleep(ctx, backoff)
+			backoff = min(backoff*2, wait)
+		default:
+			backoff = 100 * time.Millisecond
+			l.q.noteRedis(nil)
+			if reply[0] == l.control {
+				continue
+			}
+			l.serve(ctx, strings.TrimPrefix(reply[0], l.q.keys.wakePrefix()))
+		}
+	}
+}
+
+// serve claims a job for the first waiter of topic. It reports whether a
+// job was handed out.
+func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
+	w := l.q.waiters.checkout(topic)
+	if w == nil {
+		// Our waiters left after we took the token: hand it to other
+		// instances' waiters.
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = l.q.withConn(cctx, func(c redis.Conn) error {
+			_, err := c.Do("RPUSH", l.q.keys.wake(topic), "1")
+			return err
+		})
+		return false
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := l.q.claim(cctx, w.topics)
+	if d != nil {
+		w.result <- popResult{delivery: d}
+		return true
+	}
+	if err != nil {
+		l.q.log.Debug("claim for a held pop failed", "topic", topic, "err", err)
+	}
+	l.q.wakeLoops(l.q.waiters.checkin(w, err))
+	return false
+}
+
+func (l *dispatchLoop) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

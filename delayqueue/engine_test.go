@@ -1,0 +1,523 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+// backend is one kind of Redis the engine tests run against.
+type backend struct {
+	name  string
+	start func(t *testing.T) string // returns the address
+}
+
+var backends = []backend{
+	{"miniredis", func(t *testing.T) string { return redistest.Mini(t).Addr() }},
+	{"redis", func(t *testing.T) string { return redistest.Start(t).Addr }},
+}
+
+// forEachBackend runs f against miniredis and against a real redis-server.
+func forEachBackend(t *testing.T, f func(t *testing.T, addr string)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			f(t, b.start(t))
+		})
+	}
+}
+
+type testLogWriter struct{ t testing.TB }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func testRedisOptions(addr string) RedisOptions {
+	return RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
+}
+
+// newTestQueue builds a queue on addr and runs it until the test ends.
+func newTestQueue(t *testing.T, addr string, mutate ...func(*Options)) *Queue {
+	t.Helper()
+	ro := testRedisOptions(addr)
+	pool := NewPool(ro)
+	opts := Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+		BlockTimeout: 30 * time.Second, Dial: ro.Dial}
+	for _, m := range mutate {
+		m(&opts)
+	}
+	q, err := New(pool, opts, testLogger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := q.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		q.StopWaiting()
+		cancel()
+		<-done
+		pool.Close()
+	})
+	return q
+}
+
+func mustPush(t *testing.T, q *Queue, job Job) {
+	t.Helper()
+	if job.TTR == 0 {
+		job.TTR = 30 * time.Second
+	}
+	if err := q.Push(context.Background(), job); err != nil {
+		t.Fatalf("push %s: %v", job.ID, err)
+	}
+}
+
+func mustPop(t *testing.T, q *Queue, hold time.Duration, topics ...string) *Delivery {
+	t.Helper()
+	d, err := q.Pop(context.Background(), topics, hold)
+	if err != nil {
+		t.Fatalf("pop %v: %v", topics, err)
+	}
+	return d
+}
+
+func TestPushPopFinish(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		mustPush(t, q, Job{Topic: "order", ID: "o1", TTR: 60 * time.Second, Body: " keep  spaces "})
+
+		info, err := q.Get(ctx, "o1")
+		if err != nil || info == nil {
+			t.Fatalf("get: %v %v", info, err)
+		}
+		if info.State != StateReady || info.Topic != "order" || info.Body != " keep  spaces " || info.TTR != time.Minute {
+			t.Fatalf("get = %+v", info)
+		}
+		if time.Since(info.DueAt) > 5*time.Second || time.Since(info.CreatedAt) > 5*time.Second {
+			t.Fatalf("due %v created %v: not now", info.DueAt, info.CreatedAt)
+		}
+
+		d := mustPop(t, q, time.Second, "order")
+		if d == nil || d.ID != "o1" || d.Body != " keep  spaces " || d.Topic != "order" || d.Attempts != 1 || d.TTR != time.Minute {
+			t.Fatalf("pop = %+v", d)
+		}
+		info, _ = q.Get(ctx, "o1")
+		if info.State != StateReserved || info.Attempts != 1 || info.LeaseUntil.Before(time.Now().Add(50*time.Second)) {
+			t.Fatalf("after pop get = %+v", info)
+		}
+		if d := mustPop(t, q, 0, "order"); d != nil {
+			t.Fatalf("second pop got %+v, want nothing", d)
+		}
+		if err := q.Finish(ctx, "o1"); err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := q.Get(ctx, "o1"); info != nil {
+			t.Fatalf("after finish get = %+v", info)
+		}
+		if err := q.Finish(ctx, "unknown"); err != nil {
+			t.Fatalf("finish unknown: %v", err)
+		}
+		assertNoKeysLeft(t, addr, "dq_job:o1")
+	})
+}
+
+// assertNoKeysLeft checks the job left nothing behind in its buckets.
+func assertNoKeysLeft(t *testing.T, addr, jobKey string) {
+	t.Helper()
+	c, err := testRedisOptions(addr).Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n, err := redis.Int(c.Do("EXISTS", jobKey))
+	if err != nil || n != 0 {
+		t.Fatalf("%s still exists (%d, %v)", jobKey, n, err)
+	}
+	for i := 1; i <= 3; i++ {
+		card, _ := redis.Int(c.Do("ZCARD", fmt.Sprintf("dq_bucket_%d", i)))
+		if card != 0 {
+			t.Fatalf("dq_bucket_%d holds %d entries", i, card)
+		}
+	}
+}
+
+func TestBodiesRoundTrip(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		binary := make([]byte, 300)
+		for i := range binary {
+			binary[i] = byte(i)
+		}
+		for _, size := range []int{0, 1, 63, 64, 65, 128, 6400, 6401, 100_000} {
+			body := strings.Repeat("é✓x", size)[:size]
+			if size == 300 {
+				body = string(binary)
+			}
+			id := fmt.Sprintf("body-%d", size)
+			mustPush(t, q, Job{Topic: "bodies", ID: id, Body: body})
+			info, err := q.Get(context.Background(), id)
+			if err != nil || info == nil || info.Body != body {
+				t.Fatalf("size %d: get body mismatch (%v)", size, err)
+			}
+			d := mustPop(t, q, time.Second, "bodies")
+			if d == nil || d.ID != id || d.Body != body {
+				t.Fatalf("size %d: pop body mismatch", size)
+			}
+		}
+	})
+}
+
+func TestDelayedJobIsNeverEarly(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		start := time.Now()
+		mustPush(t, q, Job{Topic: "later", ID: "d1", Delay: 400 * time.Millisecond})
+		d := mustPop(t, q, 5*time.Second, "later")
+		elapsed := time.Since(start)
+		if d == nil || d.ID != "d1" {
+			t.Fatalf("pop = %+v", d)
+		}
+		if elapsed < 400*time.Millisecond {
+			t.Fatalf("delivered after %v, before its 400ms delay", elapsed)
+		}
+		if elapsed > 3*time.Second {
+			t.Fatalf("delivered after %v: the scanner did not wake for it", elapsed)
+		}
+	})
+}
+
+func TestTopicsInListOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		mustPush(t, q, Job{Topic: "b", ID: "jb"})
+		mustPush(t, q, Job{Topic: "a", ID: "ja"})
+		for _, want := range []string{"ja", "jb"} {
+			d := mustPop(t, q, time.Second, "a", "b")
+			if d == nil || d.ID != want {
+				t.Fatalf("pop a,b = %+v, want %s", d, want)
+			}
+		}
+	})
+}
+
+func TestTTRRedelivery(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		mustPush(t, q, Job{Topic: "slow", ID: "s1", TTR: time.Second})
+		first := mustPop(t, q, time.Second, "slow")
+		popped := time.Now()
+		if first == nil || first.Attempts != 1 {
+			t.Fatalf("first pop = %+v", first)
+		}
+		second := mustPop(t, q, 5*time.Second, "slow")
+		if second == nil || second.ID != "s1" || second.Attempts != 2 {
+			t.Fatalf("redelivery = %+v", second)
+		}
+		if since := time.Since(popped); since < 900*time.Millisecond {
+			t.Fatalf("redelivered %v after the pop, before its 1s ttr", since)
+		}
+	})
+}
+
+func TestRePushReplaces(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		ctx := context.Background()
+		q := newTestQueue(t, addr)
+
+		// Ready, then re-pushed far in the future: the ready entry must not deliver.
+		mustPush(t, q, Job{Topic: "t", ID: "r1", Body: "old"})
+		mustPush(t, q, Job{Topic: "t", ID: "r1", Body: "new", Delay: time.Hour})
+		if d := mustPop(t, q, 0, "t"); d != nil {
+			t.Fatalf("stale ready entry delivered: %+v", d)
+		}
+		// Delayed, then re-pushed ready with a new body and topic: one delivery, new content.
+		mustPush(t, q, Job{Topic: "t2", ID: "r1", Body: "newer"})
+		d := mustPop(t, q, time.Second, "t", "t2")
+		if d == nil || d.Body != "newer" || d.Topic != "t2" || d.Attempts != 1 {
+			t.Fatalf("pop after re-push = %+v", d)
+		}
+		// Reserved, then re-pushed: lease dropped, delivery count restarts.
+		mustPush(t, q, Job{Topic: "t2", ID: "r1", Body: "again"})
+		d = mustPop(t, q, time.Second, "t2")
+		if d == nil || d.Body != "again" || d.Attempts != 1 {
+			t.Fatalf("pop after re-push of a reserved job = %+v", d)
+		}
+		if d := mustPop(t, q, 0, "t", "t2"); d != nil {
+			t.Fatalf("extra delivery %+v", d)
+		}
+		// Ready twice in a row: delivered once.
+		mustPush(t, q, Job{Topic: "t3", ID: "r2", Body: "a"})
+		mustPush(t, q, Job{Topic: "t3", ID: "r2", Body: "b"})
+		if d := mustPop(t, q, time.Second, "t3"); d == nil || d.Body != "b" {
+			t.Fatalf("pop = %+v", d)
+		}
+		if d := mustPop(t, q, 0, "t3"); d != nil {
+			t.Fatalf("duplicate delivery of a re-pushed id: %+v", d)
+		}
+		info, _ := q.Get(ctx, "r1")
+		if info == nil || info.State != StateReserved {
+			t.Fatalf("get r1 = %+v", info)
+		}
+	})
+}
+
+func TestDeleteInEveryState(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		ctx := context.Background()
+		q := newTestQueue(t, addr)
+		mustPush(t, q, Job{Topic: "del", ID: "delayed", Delay: time.Hour})
+		mustPush(t, q, Job{Topic: "del", ID: "reserved"})
+		if d := mustPop(t, q, time.Second, "del"); d == nil || d.ID != "reserved" {
+			t.Fatalf("pop = %+v", d)
+		}
+		mustPush(t, q, Job{Topic: "del", ID: "ready"})
+		for _, id := range []string{"delayed", "reserved", "ready", "never-existed"} {
+			if err := q.Delete(ctx, id); err != nil {
+				t.Fatalf("delete %s: %v", id, err)
+			}
+			if info, _ := q.Get(ctx, id); info != nil {
+				t.Fatalf("%s still there: %+v", id, info)
+			}
+		}
+		if d := mustPop(t, q, 0, "del"); d != nil {
+			t.Fatalf("deleted job delivered: %+v", d)
+		}
+	})
+}
+
+func TestHeldPopsGetDistinctJobs(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		const n = 40
+		var wg sync.WaitGroup
+		got := make(chan string, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := q.Pop(context.Background(), []string{"held", "other"}, 10*time.Second)
+				if err != nil {
+					t.Errorf("pop: %v", err)
+					return
+				}
+				if d != nil {
+					got <- d.ID
+				}
+			}()
+		}
+		waitFor(t, 5*time.Second, "waiters registered", func() bool { return q.waiters.anyWaiting([]string{"held"}) })
+		for i := 0; i < n; i++ {
+			mustPush(t, q, Job{Topic: "held", ID: fmt.Sprintf("h%d", i), Delay: time.Duration(i%3) * 100 * time.Millisecond})
+		}
+		wg.Wait()
+		close(got)
+		seen := map[string]bool{}
+		for id := range got {
+			if seen[id] {
+				t.Fatalf("%s delivered twice", id)
+			}
+			seen[id] = true
+		}
+		if len(seen) != n {
+			t.Fatalf("%d of %d held pops got a job", len(seen), n)
+		}
+	})
+}
+
+func TestGoneConsumerLosesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			d, _ := q.Pop(ctx, []string{"gone"}, 10*time.Second)
+			if d != nil {
+				t.Errorf("cancelled pop returned %+v", d)
+			}
+		}()
+		waitFor(t, 5*time.Second, "waiter registered", func() bool { return q.waiters.anyWaiting([]string{"gone"}) })
+		cancel()
+		<-done
+		mustPush(t, q, Job{Topic: "gone", ID: "g1", TTR: 60 * time.Second})
+		// The job must be ready at once for the next consumer, not after its ttr.
+		d := mustPop(t, q, 3*time.Second, "gone")
+		if d == nil || d.ID != "g1" || d.Attempts != 1 {
+			t.Fatalf("pop = %+v", d)
+		}
+	})
+}
+
+func TestStopWaitingAnswersHeldPops(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		errs := make(chan error, 5)
+		for i := 0; i < 5; i++ {
+			go func() {
+				d, err := q.Pop(context.Background(), []string{"idle"}, 30*time.Second)
+				if d != nil {
+					err = fmt.Errorf("got job %+v", d)
+				}
+				errs <- err
+			}()
+		}
+		waitFor(t, 5*time.Second, "waiters registered", func() bool { return q.waiters.anyWaiting([]string{"idle"}) })
+		q.StopWaiting()
+		for i := 0; i < 5; i++ {
+			select {
+			case err := <-errs:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("held pop not answered after StopWaiting")
+			}
+		}
+	})
+}
+
+func TestTwoQueuesNoDuplicates(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		qa := newTestQueue(t, addr)
+		qb := newTestQueue(t, addr)
+		const n = 400
+		for i := 0; i < n; i++ {
+			q := qa
+			if i%2 == 1 {
+				q = qb
+			}
+			mustPush(t, q, Job{Topic: "shared", ID: fmt.Sprintf("j%d", i), Delay: time.Duration(i%5) * 100 * time.Millisecond})
+		}
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var wg sync.WaitGroup
+		for c := 0; c < 8; c++ {
+			q := qa
+			if c%2 == 1 {
+				q = qb
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					d, err := q.Pop(context.Background(), []string{"shared"}, time.Second)
+					if err != nil {
+						t.Errorf("pop: %v", err)
+						return
+					}
+					if d == nil {
+						return
+					}
+					mu.Lock()
+					seen[d.ID]++
+					mu.Unlock()
+					if err := q.Finish(context.Background(), d.ID); err != nil {
+						t.Errorf("finish: %v", err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if len(seen) != n {
+			t.Fatalf("delivered %d distinct jobs of %d", len(seen), n)
+		}
+		for id, c := range seen {
+			if c != 1 {
+				t.Fatalf("%s delivered %d times", id, c)
+			}
+		}
+	})
+}
+
+func TestBurstIsMovedInBatches(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr, func(o *Options) { o.MoveBatch = 100 })
+		const n = 3000
+		c, err := testRedisOptions(addr).Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for i := 0; i < n; i++ {
+			mustPush(t, q, Job{Topic: "burst", ID: fmt.Sprintf("b%d", i), Delay: 500 * time.Millisecond})
+		}
+		waitFor(t, 20*time.Second, "burst moved to the ready list", func() bool {
+			l, _ := redis.Int(c.Do("LLEN", "dq_queue_burst"))
+			return l == n
+		})
+	})
+}
+
+func TestInvalidJobs(t *testing.T) {
+	q, err := New(NewPool(testRedisOptions("127.0.0.1:1")), Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []Job{
+		{Topic: "", ID: "x", TTR: time.Second},
+		{Topic: "t", ID: "", TTR: time.Second},
+		{Topic: "t", ID: "x", TTR: 0},
+		{Topic: "t", ID: "x", TTR: MaxTTR + time.Second},
+		{Topic: "t", ID: "x", TTR: time.Second, Delay: -time.Millisecond},
+		{Topic: "t", ID: string([]byte{0xff}), TTR: time.Second},
+	} {
+		if err := q.Push(context.Background(), job); !errors.Is(err, ErrInvalidJob) {
+			t.Errorf("push %+v: err %v, want ErrInvalidJob", job, err)
+		}
+	}
+}
+
+func TestRedisDownIsUnavailable(t *testing.T) {
+	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
+	q := newTestQueue(t, srv.Addr)
+	mustPush(t, q, Job{Topic: "survive", ID: "s1", Delay: 300 * time.Millisecond})
+	srv.Stop()
+	err := q.Push(context.Background(), Job{Topic: "survive", ID: "s2", TTR: time.Second})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("push with redis down: %v, want ErrUnavailable", err)
+	}
+	if _, err := q.Get(context.Background(), "s1"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("get with redis down: %v", err)
+	}
+	srv.Restart(t)
+	var d *Delivery
+	waitFor(t, 15*time.Second, "job pushed before the outage delivered", func() bool {
+		d, err = q.Pop(context.Background(), []string{"survive"}, time.Second)
+		return d != nil
+	})
+	if d.ID != "s1" {
+		t.Fatalf("pop = %+v", d)
+	}
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

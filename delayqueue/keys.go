@@ -1,0 +1,70 @@
+package delayqueue
+
+import (
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+)
+
+// keySchema builds every Redis key name the engine uses. Scripts receive
+// keys through KEYS, or, where they only learn a name inside Lua (the ready
+// list of a due job's topic), a prefix and suffix built here.
+//
+//	job hash:       <prefix>job:<id>        fields t s d r a c k l n b1..bn
+//	bucket:         bucket_name % i         ZSET id -> due or lease end, in ms
+//	ready list:     queue_name % topic      LIST of ids, oldest first
+//	wake-up list:   <prefix>wake:<topic>    LIST of tokens that wake waiters
+//	dispatcher:     <prefix>ctl:<instance>:<n>  LIST that interrupts a blocked loop
+type keySchema struct {
+	prefix                     string
+	bucketPrefix, bucketSuffix string
+	readyPrefix, readySuffix   string
+	bucketCount                int
+}
+
+// splitTemplate cuts a template with exactly one verb (%d or %s) into the
+// text before and after it.
+func splitTemplate(tmpl, verb string) (string, string, error) {
+	if strings.Count(tmpl, "%") != 1 || !strings.Contains(tmpl, verb) {
+		return "", "", fmt.Errorf("key template %q must contain exactly one %s and no other %%", tmpl, verb)
+	}
+	before, after, _ := strings.Cut(tmpl, verb)
+	return before, after, nil
+}
+
+func newKeySchema(opts Options) (keySchema, error) {
+	k := keySchema{prefix: opts.KeyPrefix, bucketCount: opts.BucketSize}
+	var err error
+	if k.bucketPrefix, k.bucketSuffix, err = splitTemplate(opts.BucketName, "%d"); err != nil {
+		return k, err
+	}
+	if k.readyPrefix, k.readySuffix, err = splitTemplate(opts.QueueName, "%s"); err != nil {
+		return k, err
+	}
+	return k, nil
+}
+
+func (k keySchema) job(id string) string { return k.prefix + "job:" + id }
+
+func (k keySchema) jobPrefix() string { return k.prefix + "job:" }
+
+// bucketNumber spreads ids over the buckets; the same id always lands in
+// the same bucket, so a re-push overwrites its own entry.
+func (k keySchema) bucketNumber(id string) int {
+	return int(crc32.ChecksumIEEE([]byte(id))%uint32(k.bucketCount)) + 1
+}
+
+func (k keySchema) bucket(n int) string {
+	return k.bucketPrefix + strconv.Itoa(n) + k.bucketSuffix
+}
+
+func (k keySchema) ready(topic string) string { return k.readyPrefix + topic + k.readySuffix }
+
+func (k keySchema) wakePrefix() string { return k.prefix + "wake:" }
+
+func (k keySchema) wake(topic string) string { return k.wakePrefix() + topic }
+
+func (k keySchema) control(instance string, loop int) string {
+	return k.prefix + "ctl:" + instance + ":" + strconv.Itoa(loop)
+}

@@ -1,0 +1,287 @@
+package delayqueue
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// A waiter is one held Pop. It sits in the FIFO of each of its topics until
+// a dispatch loop checks it out to claim a job on its behalf.
+type waiter struct {
+	topics []string
+	result chan popResult // buffered; the dispatch loop sends exactly once per checkout that ends the wait
+	elems  map[string]*list.Element
+
+	// Guarded by the registry's mutex.
+	checkedOut bool // a dispatch loop is claiming for it
+	abandoned  bool // its Pop stopped waiting while checked out
+}
+
+type popResult struct {
+	delivery *Delivery
+	err      error
+}
+
+// waiterRegistry holds this process' held Pops, first come first served per
+// topic, and tells each dispatch loop which topics it must listen to.
+type waiterRegistry struct {
+	mu      sync.Mutex
+	byTopic map[string]*list.List
+	// loopTopics[i] is the set of topics with waiters that loop i serves.
+	loopTopics []map[string]struct{}
+	changed    []chan struct{}
+}
+
+func newWaiterRegistry(loops int) *waiterRegistry {
+	r := &waiterRegistry{byTopic: make(map[string]*list.List)}
+	for i := 0; i < loops; i++ {
+		r.loopTopics = append(r.loopTopics, make(map[string]struct{}))
+		r.changed = append(r.changed, make(chan struct{}, 1))
+	}
+	return r
+}
+
+func (r *waiterRegistry) loopOf(topic string) int {
+	h := fnv.New32a()
+	h.Write([]byte(topic))
+	return int(h.Sum32() % uint32(len(r.loopTopics)))
+}
+
+// anyWaiting reports whether a waiter already queues for one of topics, in
+// which case a new Pop must queue behind it.
+func (r *waiterRegistry) anyWaiting(topics []string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range topics {
+		if l := r.byTopic[t]; l != nil && l.Len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// add queues w behind (or, for a waiter coming back from a fruitless claim,
+// ahead of) the others, and returns the loops that gained a topic.
+func (r *waiterRegistry) add(w *waiter, front bool) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var newLoops []int
+	w.elems = make(map[string]*list.Element, len(w.topics))
+	for _, t := range w.topics {
+		l := r.byTopic[t]
+		if l == nil {
+			l = list.New()
+			r.byTopic[t] = l
+			i := r.loopOf(t)
+			r.loopTopics[i][t] = struct{}{}
+			newLoops = append(newLoops, i)
+			select {
+			case r.changed[i] <- struct{}{}:
+			default:
+			}
+		}
+		if front {
+			w.elems[t] = l.PushFront(w)
+		} else {
+			w.elems[t] = l.PushBack(w)
+		}
+	}
+	return newLoops
+}
+
+// unlinkLocked removes w from every FIFO. r.mu must be held.
+func (r *waiterRegistry) unlinkLocked(w *waiter) {
+	for t, e := range w.elems {
+		l := r.byTopic[t]
+		l.Remove(e)
+		if l.Len() == 0 {
+			delete(r.byTopic, t)
+			delete(r.loopTopics[r.loopOf(t)], t)
+		}
+	}
+	w.elems = nil
+}
+
+// checkout takes the first waiter of topic for a claim, or nil.
+func (r *waiterRegistry) checkout(topic string) *waiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.byTopic[topic]
+	if l == nil || l.Len() == 0 {
+		return nil
+	}
+	w := l.Front().Value.(*waiter)
+	r.unlinkLocked(w)
+	w.checkedOut = true
+	return w
+}
+
+// giveUp is called by a Pop that stops waiting. It returns true when w was
+// still queued (and is now gone); false when a dispatch loop has it checked
+// out, in which case the loop will send on w.result.
+func (r *waiterRegistry) giveUp(w *waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.checkedOut {
+		w.abandoned = true
+		return false
+	}
+	r.unlinkLocked(w)
+	return true
+}
+
+// checkin ends a checkout that claimed nothing: w queues again at the front,
+// unless its Pop has stopped waiting, which is then told so.
+func (r *waiterRegistry) checkin(w *waiter, err error) []int {
+	r.mu.Lock()
+	w.checkedOut = false
+	abandoned := w.abandoned
+	r.mu.Unlock()
+	if abandoned {
+		w.result <- popResult{err: err}
+		return nil
+	}
+	return r.add(w, true)
+}
+
+// topicsOf lists the topics loop i must listen to.
+func (r *waiterRegistry) topicsOf(i int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	topics := make([]string, 0, len(r.loopTopics[i]))
+	for t := range r.loopTopics[i] {
+		topics = append(topics, t)
+	}
+	return topics
+}
+
+// Pop hands out the first ready job of topics (the first topic in the list
+// wins), leased for its ttr, waiting up to hold for one. It returns nil
+// when the hold ends empty, when ctx ends, or when the queue stops waiting.
+func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*Delivery, error) {
+	if len(topics) == 0 || len(topics) > MaxPopTopics {
+		return nil, fmt.Errorf("pop: %w: between 1 and %d topics are needed", ErrInvalidJob, MaxPopTopics)
+	}
+	for _, t := range topics {
+		if t == "" || len(t) > MaxTopicBytes {
+			return nil, fmt.Errorf("pop: %w: topic must be 1 to %d bytes", ErrInvalidJob, MaxTopicBytes)
+		}
+	}
+	if hold > q.opts.BlockTimeout {
+		hold = q.opts.BlockTimeout
+	}
+	var lastErr error
+	if !q.waiters.anyWaiting(topics) {
+		d, err := q.claim(ctx, topics)
+		if err != nil && !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		if d != nil {
+			return d, nil
+		}
+		lastErr = err
+	}
+	select {
+	case <-q.stopWaiting:
+		return nil, nil
+	default:
+	}
+	if hold <= 0 {
+		return nil, lastErr
+	}
+
+	w := &waiter{topics: topics, result: make(chan popResult, 1)}
+	q.wakeLoops(q.waiters.add(w, false))
+	timer := time.NewTimer(hold)
+	defer timer.Stop()
+	var res popResult
+	select {
+	case res = <-w.result:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-q.stopWaiting:
+	}
+	if res.delivery == nil && res.err == nil {
+		if q.waiters.giveUp(w) {
+			if q.redisDown.Load() {
+				return nil, fmt.Errorf("pop: %w: redis did not answer during the hold", ErrUnavailable)
+			}
+			return nil, nil
+		}
+		res = <-w.result
+	}
+	if res.delivery != nil && ctx.Err() != nil {
+		// The consumer is gone: give the job back now rather than after ttr.
+		q.unclaim(res.delivery)
+		return nil, ctx.Err()
+	}
+	return res.delivery, res.err
+}
+
+// claim runs the claim script once for topics.
+func (q *Queue) claim(ctx context.Context, topics []string) (*Delivery, error) {
+	n := len(topics)
+	args := make([]any, 0, 2*n+6+n)
+	args = append(args, 2*n)
+	for _, t := range topics {
+		args = append(args, q.keys.ready(t))
+	}
+	for _, t := range topics {
+		args = append(args, q.keys.wake(t))
+	}
+	args = append(args, n, q.keys.jobPrefix(), q.keys.bucketPrefix, q.keys.bucketSuffix, maxStaleSkips)
+	for _, t := range topics {
+		args = append(args, t)
+	}
+	var reply []any
+	err := q.withConn(ctx, func(c redis.Conn) error {
+		var err error
+		reply, err = redis.Values(q.scripts.claim.Do(c, args...))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	var (
+		id, topic, body string
+		ttr, attempts   int64
+	)
+	if _, err := redis.Scan(reply, &id, &topic, &ttr, &attempts, &body); err != nil {
+		return nil, fmt.Errorf("claim: reply: %w", err)
+	}
+	if id == "" {
+		return nil, nil
+	}
+	return &Delivery{ID: id, Topic: topic, Body: body, TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)}, nil
+}
+
+// unclaim gives back a delivery no consumer received. Failing that, the job
+// comes back when its lease ends.
+func (q *Queue) unclaim(d *Delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := q.withConn(ctx, func(c redis.Conn) error {
+		_, err := q.scripts.unclaim.Do(c, q.keys.job(d.ID), q.keys.ready(d.Topic), q.keys.wake(d.Topic),
+			d.ID, d.Attempts, q.keys.bucketPrefix, q.keys.bucketSuffix, wakeTokenCap)
+		return err
+	})
+	if err != nil {
+		q.log.Warn("could not give back an undelivered job; it is delivered again after its ttr",
+			"job_id", d.ID, "topic", d.Topic, "err", err)
+	}
+}
+
+// wakeLoops interrupts the blocking wait of loops that gained topics, so
+// they start listening to them at once.
+func (q *Queue) wakeLoops(loops []int) {
+	for _, i := range loops {
+		q.loops[i].interrupt()
+	}
+}
