@@ -1,0 +1,97 @@
+package routers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// /finish, /delete and /get take the same {"id"} body.
+func TestIDEndpoints(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		wantID string // "" when the request is invalid
+		want   string // message of an invalid request
+	}{
+		{"plain id", `{"id":"15"}`, "15", ""},
+		{"id trimmed", `{"id":" 15\n"}`, "15", ""},
+		{"unicode id", `{"id":"ид-\u00e9"}`, "ид-é", ""},
+		{"longest id", `{"id":"` + strings.Repeat("i", 256) + `"}`, strings.Repeat("i", 256), ""},
+		{"unknown fields ignored", `{"id":"1","topic":5}`, "1", ""},
+		{"id missing", `{}`, "", "id is required and must not be blank"},
+		{"id blank", `{"id":" "}`, "", "id is required and must not be blank"},
+		{"id too long", `{"id":"` + strings.Repeat("i", 257) + `"}`, "", "id must be at most 256 bytes, got 257"},
+		{"id a number", `{"id":15}`, "", "id must be a string, got a number"},
+		{"id invalid UTF-8", "{\"id\":\"\xc3\x28\"}", "", "id must be valid UTF-8"},
+		{"id lone surrogate", `{"id":"\ud800"}`, "", "id must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)"},
+		{"empty body", ``, "", "request body is empty: send a JSON object"},
+		{"a string", `"15"`, "", "request body must be a JSON object, got a string"},
+		{"data after", `{"id":"1"},`, "", "request body has data after the JSON object"},
+	}
+	endpoints := []struct {
+		path, op, success string
+	}{
+		{"/finish", "finish", `{"code":0,"message":"finished","data":null}`},
+		{"/delete", "delete", `{"code":0,"message":"deleted","data":null}`},
+		{"/get", "get", `{"code":0,"message":"job not found","data":null}`},
+	}
+	for _, ep := range endpoints {
+		for _, tc := range tests {
+			t.Run(ep.op+"/"+tc.name, func(t *testing.T) {
+				q := &fakeQueue{} // unknown ids: Finish/Delete return nil, Get (nil, nil)
+				resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", ep.path, tc.body)
+				calls := q.recorded()
+				if tc.wantID == "" {
+					if resp.status != 200 || resp.code != 1 || resp.msg != tc.want {
+						t.Fatalf("answer %d %s, want code 1 %q", resp.status, resp.raw, tc.want)
+					}
+					if len(calls) != 0 {
+						t.Fatalf("queue called for an invalid request: %+v", calls)
+					}
+					return
+				}
+				if resp.status != 200 || resp.raw != ep.success+"\n" {
+					t.Fatalf("answer %d %s, want %s", resp.status, resp.raw, ep.success)
+				}
+				if len(calls) != 1 || calls[0].op != ep.op || calls[0].id != tc.wantID {
+					t.Fatalf("calls = %+v, want one %s(%q)", calls, ep.op, tc.wantID)
+				}
+			})
+		}
+	}
+}
+
+func TestGetAnswers(t *testing.T) {
+	due := time.UnixMilli(1_700_000_123_456)
+	created := time.UnixMilli(1_700_000_000_999)
+	tests := []struct {
+		name string
+		info *delayqueue.JobInfo
+		want string
+	}{
+		{"delayed job", &delayqueue.JobInfo{ID: "15", Topic: "order", Body: "hi", TTR: 30 * time.Second,
+			DueAt: due, State: delayqueue.StateDelay, CreatedAt: created},
+			`{"code":0,"message":"ok","data":{"topic":"order","id":"15","delay":1700000123,"ttr":30,"body":"hi",` +
+				`"delay_ms":1700000123456,"state":"delay","attempts":0,"created_at":1700000000}}`},
+		{"reserved job", &delayqueue.JobInfo{ID: "7", Topic: "t", Body: "", TTR: time.Second,
+			DueAt: due, State: delayqueue.StateReserved, Attempts: 3, CreatedAt: created, LeaseUntil: due.Add(time.Second)},
+			`{"code":0,"message":"ok","data":{"topic":"t","id":"7","delay":1700000123,"ttr":1,"body":"",` +
+				`"delay_ms":1700000123456,"state":"reserved","attempts":3,"created_at":1700000000}}`},
+		{"unknown times are 0", &delayqueue.JobInfo{ID: "old", Topic: "t", TTR: time.Minute, State: delayqueue.StateReady},
+			`{"code":0,"message":"ok","data":{"topic":"t","id":"old","delay":0,"ttr":60,"body":"",` +
+				`"delay_ms":0,"state":"ready","attempts":0,"created_at":0}}`},
+		{"unknown id", nil, `{"code":0,"message":"job not found","data":null}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{info: tc.info}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/get", `{"id":"15"}`)
+			if resp.status != 200 || resp.raw != tc.want+"\n" {
+				t.Fatalf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,158 @@
+package routers
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+func TestPopRequest(t *testing.T) {
+	manyTopics := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = "t" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		}
+		return strings.Join(parts, ",")
+	}
+	tests := []struct {
+		name       string
+		body       string
+		wantTopics []string
+		wantHold   time.Duration
+	}{
+		{"one topic, default hold", `{"topic":"order"}`, []string{"order"}, 30 * time.Second},
+		{"several topics trimmed, in order", `{"topic":" b , a,c "}`, []string{"b", "a", "c"}, 30 * time.Second},
+		{"repeats dropped, first place kept", `{"topic":"a,b,a"}`, []string{"a", "b"}, 30 * time.Second},
+		{"timeout 0 does not wait", `{"topic":"a","timeout":0}`, []string{"a"}, 0},
+		{"timeout shortens the hold", `{"topic":"a","timeout":5}`, []string{"a"}, 5 * time.Second},
+		{"timeout up to queue_block_timeout", `{"topic":"a","timeout":30}`, []string{"a"}, 30 * time.Second},
+		{"null timeout is the default", `{"topic":"a","timeout":null}`, []string{"a"}, 30 * time.Second},
+		{"100 topics", `{"topic":"` + manyTopics(100) + `"}`, strings.Split(manyTopics(100), ","), 30 * time.Second},
+		{"unknown fields ignored", `{"topic":"a","ttr":"x"}`, []string{"a"}, 30 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{}
+			serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", tc.body)
+			calls := q.recorded()
+			if len(calls) != 1 || calls[0].op != "pop" {
+				t.Fatalf("calls = %+v, want one pop", calls)
+			}
+			if !reflect.DeepEqual(calls[0].topics, tc.wantTopics) || calls[0].hold != tc.wantHold {
+				t.Fatalf("Pop(%q, %v), want Pop(%q, %v)", calls[0].topics, calls[0].hold, tc.wantTopics, tc.wantHold)
+			}
+		})
+	}
+}
+
+func TestPopRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want string
+	}{
+		{"topic missing", `{}`, "topic is required: one topic or several separated by commas"},
+		{"topic blank", `{"topic":"  "}`, "topic is required: one topic or several separated by commas"},
+		{"topic a number", `{"topic":1}`, "topic must be a string, got a number"},
+		{"topic an array", `{"topic":["a","b"]}`, "topic must be a string, got an array"},
+		{"empty part", `{"topic":"a,,b"}`, "topic 2 of 3 is required and must not be blank"},
+		{"trailing comma", `{"topic":"a,"}`, "topic 2 of 2 is required and must not be blank"},
+		{"leading comma", `{"topic":" ,a"}`, "topic 1 of 2 is required and must not be blank"},
+		{"only a comma", `{"topic":","}`, "topic 1 of 2 is required and must not be blank"},
+		{"101 topics", `{"topic":"` + strings.Repeat("a,", 100) + `a"}`, "topic lists 101 topics: at most 100 are allowed"},
+		{"part too long", `{"topic":"a,` + strings.Repeat("x", 129) + `"}`, "topic 2 of 2 must be at most 128 bytes, got 129"},
+		{"single topic too long", `{"topic":"` + strings.Repeat("x", 129) + `"}`, "topic must be at most 128 bytes, got 129"},
+		{"part with control", `{"topic":"a,b\u0007"}`, "topic 2 of 2 must not contain control characters"},
+		{"invalid UTF-8", "{\"topic\":\"a,\xff\"}", "topic must be valid UTF-8"},
+		{"lone surrogate", `{"topic":"a,\ud800"}`, "topic must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)"},
+		{"timeout above queue_block_timeout", `{"topic":"a","timeout":31}`, "timeout must be an integer between 0 and 30 (seconds, at most queue_block_timeout), got 31"},
+		{"timeout negative", `{"topic":"a","timeout":-1}`, "timeout must be an integer between 0 and 30 (seconds, at most queue_block_timeout), got -1"},
+		{"timeout a fraction", `{"topic":"a","timeout":0.5}`, "timeout must be an integer between 0 and 30 (seconds, at most queue_block_timeout), got 0.5"},
+		{"timeout a string", `{"topic":"a","timeout":"5"}`, "timeout must be an integer between 0 and 30 (seconds, at most queue_block_timeout), got a string"},
+		{"not an object", `["a"]`, "request body must be a JSON object, got an array"},
+		{"data after the object", `{"topic":"a"} {}`, "request body has data after the JSON object"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", tc.body)
+			if resp.status != 200 || resp.code != 1 || string(resp.data) != "null" {
+				t.Fatalf("answer %d %s, want 200 with code 1", resp.status, resp.raw)
+			}
+			if resp.msg != tc.want {
+				t.Errorf("message\n got %q\nwant %q", resp.msg, tc.want)
+			}
+			if calls := q.recorded(); len(calls) != 0 {
+				t.Errorf("queue called for an invalid request: %+v", calls)
+			}
+		})
+	}
+}
+
+func TestPopAnswers(t *testing.T) {
+	tests := []struct {
+		name     string
+		delivery *delayqueue.Delivery
+		want     string
+	}{
+		{"a job", &delayqueue.Delivery{ID: "15", Topic: "order", Body: "<b>&\"x\"</b>", TTR: 30 * time.Second, Attempts: 2},
+			`{"code":0,"message":"ok","data":{"id":"15","body":"<b>&\"x\"</b>","topic":"order","ttr":30,"attempts":2}}`},
+		{"no job", nil, `{"code":0,"message":"no job ready","data":null}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{delivery: tc.delivery}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", `{"topic":"order"}`)
+			if resp.status != 200 || resp.raw != tc.want+"\n" {
+				t.Fatalf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
+			}
+		})
+	}
+}
+
+// A client that goes away ends the hold: Pop gets the request's context.
+func TestPopEndsWhenClientLeaves(t *testing.T) {
+	q := &fakeQueue{popStarted: make(chan context.Context, 1)}
+	srv := httptest.NewServer(New(q, testOptions(), testLogger(t)))
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", srv.URL+"/pop", strings.NewReader(`{"topic":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientDone := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		clientDone <- err
+	}()
+
+	var popCtx context.Context
+	select {
+	case popCtx = <-q.popStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Pop was not called")
+	}
+	if popCtx.Err() != nil {
+		t.Fatal("Pop's context ended before the client left")
+	}
+	cancel()
+	select {
+	case <-popCtx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Pop's context did not end when the client left")
+	}
+	if err := <-clientDone; err == nil {
+		t.Fatal("the canceled client got an answer")
+	}
+}
