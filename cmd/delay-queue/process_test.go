@@ -24,15 +24,15 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// failureLog collects failures seen by worker goroutines, which may not call
+// procFailures collects failures seen by worker goroutines, which may not call
 // t.Fatal; the test reports them once the workers are done.
-type failureLog struct {
+type procFailures struct {
 	mu    sync.Mutex
 	count int
 	first []string
 }
 
-func (f *failureLog) add(format string, args ...any) {
+func (f *procFailures) add(format string, args ...any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.count++
@@ -41,13 +41,13 @@ func (f *failureLog) add(format string, args ...any) {
 	}
 }
 
-func (f *failureLog) total() int {
+func (f *procFailures) total() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.count
 }
 
-func (f *failureLog) report(t *testing.T, what string) {
+func (f *procFailures) report(t *testing.T, what string) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -56,9 +56,9 @@ func (f *failureLog) report(t *testing.T, what string) {
 	}
 }
 
-// deliveryLog records every job handed out by /pop and every finish that
+// procDeliveries records every job handed out by /pop and every finish that
 // was acknowledged, across all consumers.
-type deliveryLog struct {
+type procDeliveries struct {
 	mu         sync.Mutex
 	deliveries map[string]int
 	finished   map[string]bool
@@ -68,8 +68,8 @@ type deliveryLog struct {
 	allSeen chan struct{}
 }
 
-func newDeliveryLog(target int) *deliveryLog {
-	return &deliveryLog{
+func newProcDeliveries(target int) *procDeliveries {
+	return &procDeliveries{
 		deliveries: make(map[string]int),
 		finished:   make(map[string]bool),
 		target:     target,
@@ -78,7 +78,7 @@ func newDeliveryLog(target int) *deliveryLog {
 }
 
 // delivered records one delivery of id and returns how many it has had.
-func (d *deliveryLog) delivered(id string) int {
+func (d *procDeliveries) delivered(id string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.total++
@@ -89,14 +89,14 @@ func (d *deliveryLog) delivered(id string) int {
 	return d.deliveries[id]
 }
 
-func (d *deliveryLog) markFinished(id string) {
+func (d *procDeliveries) markFinished(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.finished[id] = true
 }
 
 // snapshot copies the counts for the final checks.
-func (d *deliveryLog) snapshot() (deliveries map[string]int, finished map[string]bool, total int) {
+func (d *procDeliveries) snapshot() (deliveries map[string]int, finished map[string]bool, total int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	deliveries = make(map[string]int, len(d.deliveries))
@@ -110,10 +110,10 @@ func (d *deliveryLog) snapshot() (deliveries map[string]int, finished map[string
 	return deliveries, finished, d.total
 }
 
-func int64p(v int64) *int64 { return &v }
+func procInt64(v int64) *int64 { return &v }
 
-// firstN sorts ids and keeps n of them, for readable failure messages.
-func firstN(ids []string, n int) []string {
+// procFirstN sorts ids and keeps n of them, for readable failure messages.
+func procFirstN(ids []string, n int) []string {
 	sort.Strings(ids)
 	if len(ids) > n {
 		return ids[:n]
@@ -125,16 +125,16 @@ func firstN(ids []string, n int) []string {
 // and checks that delay_ms jobs are never handed out before they are due.
 func TestProcessBasicFlow(t *testing.T) {
 	rs := redistest.Start(t)
-	srv := startServer(t, "basic", rs.Addr)
-	api := newAPIClient()
+	srv := startProcServer(t, "basic", rs.Addr)
+	api := newProcClient()
 	defer api.close()
-	clock := redisConn(t, rs.Addr, 1)
+	clock := procRedisConn(t, rs.Addr, 1)
 
 	// The body keeps its spaces and newline: the server stores it byte for byte.
 	const body = "  héllo, wörld \n"
-	before := redisNow(t, clock)
-	api.mustPush(t, srv, pushRequest{Topic: "basic", ID: "job-1", Delay: 0, TTR: 30, Body: body})
-	after := redisNow(t, clock)
+	before := procRedisNow(t, clock)
+	api.mustPush(t, srv, procPush{Topic: "basic", ID: "job-1", Delay: 0, TTR: 30, Body: body})
+	after := procRedisNow(t, clock)
 
 	stored := api.mustGet(t, srv, "job-1")
 	if stored == nil {
@@ -151,11 +151,11 @@ func TestProcessBasicFlow(t *testing.T) {
 	if popped == nil {
 		t.Fatal("/pop basic with a ready job: data null")
 	}
-	want := poppedJob{ID: "job-1", Body: body, Topic: "basic", TTR: 30, Attempts: 1}
+	want := procPopped{ID: "job-1", Body: body, Topic: "basic", TTR: 30, Attempts: 1}
 	if *popped != want {
 		t.Errorf("/pop basic = %+v, want %+v", *popped, want)
 	}
-	api.mustOK(t, srv, "/finish", idRequest{ID: "job-1"})
+	api.mustOK(t, srv, "/finish", procID{ID: "job-1"})
 	if stored := api.mustGet(t, srv, "job-1"); stored != nil {
 		t.Errorf("/get job-1 after finish = %+v, want data null", *stored)
 	}
@@ -171,10 +171,10 @@ func TestProcessBasicFlow(t *testing.T) {
 	for _, delayMS := range []int64{300, 1300} {
 		id := "precise-" + strconv.FormatInt(delayMS, 10)
 		delay := time.Duration(delayMS) * time.Millisecond
-		sent := redisNow(t, clock)
-		api.mustPush(t, srv, pushRequest{Topic: "precise", ID: id, Delay: 0, DelayMS: int64p(delayMS), TTR: 30, Body: id})
+		sent := procRedisNow(t, clock)
+		api.mustPush(t, srv, procPush{Topic: "precise", ID: id, Delay: 0, DelayMS: procInt64(delayMS), TTR: 30, Body: id})
 		job := api.mustPop(t, srv, "precise", 5)
-		poppedAt := redisNow(t, clock)
+		poppedAt := procRedisNow(t, clock)
 		if job == nil {
 			t.Fatalf("/pop precise: data null 5 s after pushing %s with delay_ms %d", id, delayMS)
 		}
@@ -192,7 +192,7 @@ func TestProcessBasicFlow(t *testing.T) {
 		} else {
 			t.Logf("%s: delivered at most %v after its due time", id, late.Round(time.Millisecond))
 		}
-		api.mustOK(t, srv, "/finish", idRequest{ID: id})
+		api.mustOK(t, srv, "/finish", procID{ID: id})
 	}
 }
 
@@ -208,14 +208,14 @@ func TestProcessTwoInstancesDeliverOnce(t *testing.T) {
 	)
 	topics := []string{"twin-a", "twin-b", "twin-c", "twin-d"}
 	rs := redistest.Start(t)
-	servers := []*serverProcess{startServer(t, "A", rs.Addr), startServer(t, "B", rs.Addr)}
-	api := newAPIClient()
+	servers := []*procServer{startProcServer(t, "A", rs.Addr), startProcServer(t, "B", rs.Addr)}
+	api := newProcClient()
 	defer api.close()
 
-	jobs := make(map[string]pushRequest, jobCount)
+	jobs := make(map[string]procPush, jobCount)
 	order := make([]string, jobCount)
 	for i := range jobCount {
-		job := pushRequest{
+		job := procPush{
 			Topic: topics[i%len(topics)],
 			ID:    "twin-" + strconv.Itoa(i),
 			Delay: int64(i % 3), // 0, 1 or 2 s
@@ -223,14 +223,14 @@ func TestProcessTwoInstancesDeliverOnce(t *testing.T) {
 			Body:  "twin body " + strconv.Itoa(i),
 		}
 		if i%7 == 0 {
-			job.DelayMS = int64p(int64(i % 2000))
+			job.DelayMS = procInt64(int64(i % 2000))
 		}
 		jobs[job.ID] = job
 		order[i] = job.ID
 	}
 
-	var failures failureLog
-	deliveries := newDeliveryLog(jobCount)
+	var failures procFailures
+	deliveries := newProcDeliveries(jobCount)
 	ctx, stopConsumers := context.WithCancel(context.Background())
 	defer stopConsumers()
 
@@ -263,7 +263,7 @@ func TestProcessTwoInstancesDeliverOnce(t *testing.T) {
 				case n > 1 || job.Attempts != 1:
 					failures.add("consumer %d via %s: %s delivered again (delivery %d, attempts %d) within its ttr", c, srv.name, job.ID, n, job.Attempts)
 				}
-				if err := api.ok(srv, "/finish", idRequest{ID: job.ID}); err != nil {
+				if err := api.ok(srv, "/finish", procID{ID: job.ID}); err != nil {
 					failures.add("consumer %d: finish %s: %v", c, job.ID, err)
 				}
 			}
@@ -314,10 +314,10 @@ func TestProcessTwoInstancesDeliverOnce(t *testing.T) {
 	}
 	t.Logf("deliveries: %d for %d jobs", total, jobCount)
 	if len(missing) > 0 {
-		t.Errorf("%d of %d jobs never delivered, e.g. %v", len(missing), jobCount, firstN(missing, 10))
+		t.Errorf("%d of %d jobs never delivered, e.g. %v", len(missing), jobCount, procFirstN(missing, 10))
 	}
 	if len(duplicated) > 0 {
-		t.Errorf("%d of %d jobs delivered more than once within their ttr, e.g. %v", len(duplicated), jobCount, firstN(duplicated, 10))
+		t.Errorf("%d of %d jobs delivered more than once within their ttr, e.g. %v", len(duplicated), jobCount, procFirstN(duplicated, 10))
 	}
 }
 
@@ -338,22 +338,22 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 	topics := []string{"crash-a", "crash-b", "crash-c"}
 	topicList := strings.Join(topics, ",")
 	rs := redistest.Start(t)
-	victim := startServer(t, "A", rs.Addr)
-	survivor := startServer(t, "B", rs.Addr)
-	servers := []*serverProcess{victim, survivor}
-	api := newAPIClient()
+	victim := startProcServer(t, "A", rs.Addr)
+	survivor := startProcServer(t, "B", rs.Addr)
+	servers := []*procServer{victim, survivor}
+	api := newProcClient()
 	defer api.close()
 
-	jobs := make([]pushRequest, jobCount)
+	jobs := make([]procPush, jobCount)
 	for i := range jobs {
-		jobs[i] = pushRequest{
+		jobs[i] = procPush{
 			Topic: topics[i%len(topics)],
 			ID:    "crash-" + strconv.Itoa(i),
 			TTR:   int64(2 + i%2),
 			Body:  "crash body " + strconv.Itoa(i),
 		}
 		if i%4 == 0 {
-			jobs[i].DelayMS = int64p(int64(i*7) % 1500)
+			jobs[i].DelayMS = procInt64(int64(i*7) % 1500)
 		}
 	}
 
@@ -365,9 +365,9 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 		ackedCount  atomic.Int64
 		pushErrors  atomic.Int64
 		popErrors   atomic.Int64
-		serverFails failureLog // code 1 answers: Redis is up, so these are server faults
+		serverFails procFailures // code 1 answers: Redis is up, so these are server faults
 	)
-	deliveries := newDeliveryLog(-1)
+	deliveries := newProcDeliveries(-1)
 
 	// retryPause paces retries after a transport error (the victim is down);
 	// it is not used to wait for any event.
@@ -394,7 +394,7 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 				job := jobs[i]
 				for attempt := 0; ctx.Err() == nil; attempt++ {
 					srv := servers[(i+attempt)%2]
-					env, status, err := api.call(srv.baseURL, "/push", job, shortCall)
+					env, status, err := api.call(srv.baseURL, "/push", job, procCallTimeout)
 					if err != nil {
 						pushErrors.Add(1)
 						retryPause()
@@ -418,7 +418,7 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 	finish := func(id string, first int) {
 		for attempt := 0; ctx.Err() == nil; attempt++ {
 			srv := servers[(first+attempt)%2]
-			env, status, err := api.call(srv.baseURL, "/finish", idRequest{ID: id}, shortCall)
+			env, status, err := api.call(srv.baseURL, "/finish", procID{ID: id}, procCallTimeout)
 			if err != nil {
 				retryPause()
 				continue
@@ -443,7 +443,7 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 			which := c % 2
 			for consumerCtx.Err() == nil {
 				srv := servers[which]
-				env, status, err := api.call(srv.baseURL, "/pop", popRequest{Topic: topicList, Timeout: new(1)}, shortCall)
+				env, status, err := api.call(srv.baseURL, "/pop", procPop{Topic: topicList, Timeout: new(1)}, procCallTimeout)
 				if err != nil {
 					popErrors.Add(1)
 					which = 1 - which
@@ -458,7 +458,7 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 				if env.dataIsNull() {
 					continue
 				}
-				var job poppedJob
+				var job procPopped
 				if err := json.Unmarshal(env.Data, &job); err != nil {
 					serverFails.add("pop via %s: decode data %s: %v", srv.name, env.Data, err)
 					continue
@@ -534,10 +534,10 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 		total, len(counts), duplicates, popErrors.Load())
 	serverFails.report(t, "code-1 answers while Redis was up")
 	if len(lost) > 0 {
-		t.Errorf("%d of %d acknowledged jobs lost (never delivered within 45 s), e.g. %v", len(lost), len(ackedIDs), firstN(lost, 10))
+		t.Errorf("%d of %d acknowledged jobs lost (never delivered within 45 s), e.g. %v", len(lost), len(ackedIDs), procFirstN(lost, 10))
 	}
 	if len(deliveredNotFinished) > 0 {
-		t.Errorf("%d acknowledged jobs delivered but never finished with code 0, e.g. %v", len(deliveredNotFinished), firstN(deliveredNotFinished, 10))
+		t.Errorf("%d acknowledged jobs delivered but never finished with code 0, e.g. %v", len(deliveredNotFinished), procFirstN(deliveredNotFinished, 10))
 	}
 	for id := range counts {
 		if !strings.HasPrefix(id, "crash-") {
@@ -546,21 +546,21 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 	}
 }
 
-// heldPopResult is the answer of one /pop held across a SIGTERM.
-type heldPopResult struct {
-	env    envelope
+// procHeldPop is the answer of one /pop held across a SIGTERM.
+type procHeldPop struct {
+	env    procEnvelope
 	status int
 	err    error
 	at     time.Time
 }
 
-// holdPops starts n pops on topic with a 60 s hold and returns once the
+// procHoldPops starts n pops on topic with a 60 s hold and returns once the
 // server has accepted every one of their connections: the requests have
 // been written, and a later request on a new connection has been answered
 // (the server accepts connections in order).
-func holdPops(t *testing.T, api *apiClient, srv *serverProcess, topic string, n int) <-chan heldPopResult {
+func procHoldPops(t *testing.T, api *procClient, srv *procServer, topic string, n int) <-chan procHeldPop {
 	t.Helper()
-	results := make(chan heldPopResult, n)
+	results := make(chan procHeldPop, n)
 	var written sync.WaitGroup
 	written.Add(n)
 	for range n {
@@ -569,9 +569,9 @@ func holdPops(t *testing.T, api *apiClient, srv *serverProcess, topic string, n 
 			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(written.Done) }}
 			ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(context.Background(), trace), 70*time.Second)
 			defer cancel()
-			env, status, err := api.callContext(ctx, srv.baseURL, "/pop", popRequest{Topic: topic, Timeout: new(60)})
+			env, status, err := api.callContext(ctx, srv.baseURL, "/pop", procPop{Topic: topic, Timeout: new(60)})
 			once.Do(written.Done) // the request failed before it was written
-			results <- heldPopResult{env: env, status: status, err: err, at: time.Now()}
+			results <- procHeldPop{env: env, status: status, err: err, at: time.Now()}
 		}()
 	}
 	allWritten := make(chan struct{})
@@ -584,8 +584,8 @@ func holdPops(t *testing.T, api *apiClient, srv *serverProcess, topic string, n 
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the %d held pops were not written within 10 s", n)
 	}
-	probe := &apiClient{http: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
-	if err := probe.ok(srv, "/get", idRequest{ID: "probe"}); err != nil {
+	probe := &procClient{http: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+	if err := probe.ok(srv, "/get", procID{ID: "probe"}); err != nil {
 		t.Fatalf("probe /get: %v", err)
 	}
 	if len(results) > 0 {
@@ -595,9 +595,9 @@ func holdPops(t *testing.T, api *apiClient, srv *serverProcess, topic string, n 
 	return results
 }
 
-// checkHeldPopsReleased waits for n held pops to answer after a SIGTERM sent
+// procCheckHeldPopsReleased waits for n held pops to answer after a SIGTERM sent
 // at signalled: each must answer within 5 s with code 0 and data null.
-func checkHeldPopsReleased(t *testing.T, results <-chan heldPopResult, n int, signalled time.Time) {
+func procCheckHeldPopsReleased(t *testing.T, results <-chan procHeldPop, n int, signalled time.Time) {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for i := range n {
@@ -624,44 +624,44 @@ func checkHeldPopsReleased(t *testing.T, results <-chan heldPopResult, n int, si
 func TestProcessSIGTERM(t *testing.T) {
 	t.Run("held pops answered", func(t *testing.T) {
 		rs := redistest.Start(t)
-		srv := startServer(t, "held", rs.Addr)
-		api := newAPIClient()
+		srv := startProcServer(t, "held", rs.Addr)
+		api := newProcClient()
 		defer api.close()
 
 		const held = 10
-		results := holdPops(t, api, srv, "nothing-here", held)
+		results := procHoldPops(t, api, srv, "nothing-here", held)
 		signalled := time.Now()
 		srv.signal(syscall.SIGTERM)
-		checkHeldPopsReleased(t, results, held, signalled)
+		procCheckHeldPopsReleased(t, results, held, signalled)
 		code, ok := srv.waitExit(10 * time.Second)
 		if !ok {
 			t.Fatalf("process still running 10 s after SIGTERM")
 		}
 		if code != 0 {
-			t.Errorf("exit status after SIGTERM = %d, want 0; last output:\n%s", code, lastLines(srv.output.String(), 10))
+			t.Errorf("exit status after SIGTERM = %d, want 0; last output:\n%s", code, procLastLines(srv.output.String(), 10))
 		}
 	})
 
 	t.Run("pushed jobs survive a restart", func(t *testing.T) {
 		rs := redistest.Start(t)
-		srv := startServer(t, "survive", rs.Addr)
-		api := newAPIClient()
+		srv := startProcServer(t, "survive", rs.Addr)
+		api := newProcClient()
 		defer api.close()
 
-		pushed := make(map[string]pushRequest)
+		pushed := make(map[string]procPush)
 		for i := range 25 {
-			job := pushRequest{Topic: "keep", ID: "keep-" + strconv.Itoa(i), TTR: 30, Body: "kept " + strconv.Itoa(i)}
+			job := procPush{Topic: "keep", ID: "keep-" + strconv.Itoa(i), TTR: 30, Body: "kept " + strconv.Itoa(i)}
 			if i >= 20 {
-				job.DelayMS = int64p(1500)
+				job.DelayMS = procInt64(1500)
 			}
 			api.mustPush(t, srv, job)
 			pushed[job.ID] = job
 		}
 		const held = 3
-		results := holdPops(t, api, srv, "other-topic", held)
+		results := procHoldPops(t, api, srv, "other-topic", held)
 		signalled := time.Now()
 		srv.signal(syscall.SIGTERM)
-		checkHeldPopsReleased(t, results, held, signalled)
+		procCheckHeldPopsReleased(t, results, held, signalled)
 		code, ok := srv.waitExit(10 * time.Second)
 		if !ok || code != 0 {
 			t.Fatalf("after SIGTERM: exited %v, status %d; want exit 0", ok, code)
@@ -682,14 +682,14 @@ func TestProcessSIGTERM(t *testing.T) {
 				t.Errorf("/pop keep after restart = %+v, want body %q, attempts 1", *job, want.Body)
 			}
 			delete(pushed, job.ID)
-			api.mustOK(t, srv, "/finish", idRequest{ID: job.ID})
+			api.mustOK(t, srv, "/finish", procID{ID: job.ID})
 		}
 		if len(pushed) > 0 {
 			var ids []string
 			for id := range pushed {
 				ids = append(ids, id)
 			}
-			t.Fatalf("%d jobs pushed before SIGTERM not delivered after the restart: %v", len(ids), firstN(ids, 10))
+			t.Fatalf("%d jobs pushed before SIGTERM not delivered after the restart: %v", len(ids), procFirstN(ids, 10))
 		}
 		if job := api.mustPop(t, srv, "keep", 1); job != nil {
 			t.Errorf("/pop keep after all were finished = %+v, want data null", *job)
@@ -706,22 +706,22 @@ func TestProcessRestartKeepsDelayedJobs(t *testing.T) {
 		delay    = 2 * time.Second
 	)
 	rs := redistest.Start(t)
-	srv := startServer(t, "restart", rs.Addr)
-	api := newAPIClient()
+	srv := startProcServer(t, "restart", rs.Addr)
+	api := newProcClient()
 	defer api.close()
-	clock := redisConn(t, rs.Addr, 1)
+	clock := procRedisConn(t, rs.Addr, 1)
 
-	sent := redisNow(t, clock)
+	sent := procRedisNow(t, clock)
 	pushed := make(map[string]bool)
 	for i := range jobCount {
 		id := "later-" + strconv.Itoa(i)
-		api.mustPush(t, srv, pushRequest{Topic: "later", ID: id, Delay: int64(delay / time.Second), TTR: 30, Body: id})
+		api.mustPush(t, srv, procPush{Topic: "later", ID: id, Delay: int64(delay / time.Second), TTR: 30, Body: id})
 		pushed[id] = true
 	}
-	acked := redisNow(t, clock)
+	acked := procRedisNow(t, clock)
 	srv.Stop(10 * time.Second)
 	srv.Start()
-	ready := redisNow(t, clock)
+	ready := procRedisNow(t, clock)
 	t.Logf("restart took %v", ready.Sub(acked).Round(time.Millisecond))
 
 	if stored := api.mustGet(t, srv, "later-0"); stored == nil {
@@ -740,7 +740,7 @@ func TestProcessRestartKeepsDelayedJobs(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for len(pushed) > 0 && time.Now().Before(deadline) {
 		job := api.mustPop(t, srv, "later", 5)
-		at := redisNow(t, clock)
+		at := procRedisNow(t, clock)
 		if job == nil {
 			continue
 		}
@@ -754,7 +754,7 @@ func TestProcessRestartKeepsDelayedJobs(t *testing.T) {
 		if at.After(onTimeLimit) {
 			t.Errorf("%s delivered %v after the later of its due time and the restart, want within 1 s", job.ID, at.Sub(latestDue))
 		}
-		api.mustOK(t, srv, "/finish", idRequest{ID: job.ID})
+		api.mustOK(t, srv, "/finish", procID{ID: job.ID})
 	}
 	if len(pushed) > 0 {
 		t.Errorf("%d delayed jobs not delivered after the restart", len(pushed))
@@ -767,15 +767,15 @@ func TestProcessRestartKeepsDelayedJobs(t *testing.T) {
 // jobs pushed before the outage are delivered.
 func TestProcessRedisOutage(t *testing.T) {
 	rs := redistest.Start(t, "appendonly yes", "appendfsync always")
-	srv := startServer(t, "outage", rs.Addr)
-	api := newAPIClient()
+	srv := startProcServer(t, "outage", rs.Addr)
+	api := newProcClient()
 	defer api.close()
 
-	api.mustPush(t, srv, pushRequest{Topic: "outage", ID: "before-ready", TTR: 30, Body: "ready before the outage"})
-	api.mustPush(t, srv, pushRequest{Topic: "outage", ID: "before-delayed", DelayMS: int64p(1500), TTR: 30, Body: "due during the outage"})
+	api.mustPush(t, srv, procPush{Topic: "outage", ID: "before-ready", TTR: 30, Body: "ready before the outage"})
+	api.mustPush(t, srv, procPush{Topic: "outage", ID: "before-delayed", DelayMS: procInt64(1500), TTR: 30, Body: "due during the outage"})
 
 	rs.Stop()
-	env, status, err := api.call(srv.baseURL, "/push", pushRequest{Topic: "outage", ID: "during", TTR: 30, Body: "x"}, 15*time.Second)
+	env, status, err := api.call(srv.baseURL, "/push", procPush{Topic: "outage", ID: "during", TTR: 30, Body: "x"}, 15*time.Second)
 	if err != nil {
 		t.Fatalf("/push while Redis is down: no answer: %v", err)
 	}
@@ -786,7 +786,7 @@ func TestProcessRedisOutage(t *testing.T) {
 	// A pop must hold for its timeout while Redis is away, not fail at
 	// once and make clients spin.
 	popStart := time.Now()
-	_, _, err = api.call(srv.baseURL, "/pop", popRequest{Topic: "outage-empty", Timeout: new(2)}, 15*time.Second)
+	_, _, err = api.call(srv.baseURL, "/pop", procPop{Topic: "outage-empty", Timeout: new(2)}, 15*time.Second)
 	if held := time.Since(popStart); err == nil && held < 1900*time.Millisecond {
 		t.Errorf("/pop with timeout 2 while Redis is down answered after %v, want it to hold about 2 s", held)
 	}
@@ -798,7 +798,7 @@ func TestProcessRedisOutage(t *testing.T) {
 	redisBack := time.Now()
 	deadline := redisBack.Add(20 * time.Second)
 	for {
-		env, status, err := api.call(srv.baseURL, "/push", pushRequest{Topic: "outage", ID: "after", TTR: 30, Body: "pushed after the outage"}, shortCall)
+		env, status, err := api.call(srv.baseURL, "/push", procPush{Topic: "outage", ID: "after", TTR: 30, Body: "pushed after the outage"}, procCallTimeout)
 		if err == nil && status == http.StatusOK && env.Code == 0 {
 			break
 		}
@@ -836,7 +836,7 @@ func TestProcessRedisOutage(t *testing.T) {
 			t.Errorf("/pop %s body = %q, want %q", job.ID, job.Body, body)
 		}
 		delete(want, job.ID)
-		api.mustOK(t, srv, "/finish", idRequest{ID: job.ID})
+		api.mustOK(t, srv, "/finish", procID{ID: job.ID})
 	}
 	if len(want) > 0 {
 		t.Errorf("jobs not delivered after Redis came back: %v", want)
@@ -851,7 +851,7 @@ func TestProcessRedisOutage(t *testing.T) {
 // and no stack trace.
 func TestProcessRedisDownAtStartup(t *testing.T) {
 	redisAddr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
-	srv := newServer(t, "no-redis", redisAddr)
+	srv := newProcServer(t, "no-redis", redisAddr)
 	srv.launch()
 	code, ok := srv.waitExit(20 * time.Second)
 	if !ok {
@@ -867,13 +867,13 @@ func TestProcessRedisDownAtStartup(t *testing.T) {
 	if strings.Contains(out, "panic:") || strings.Contains(out, "goroutine ") {
 		t.Errorf("output has a panic or stack trace:\n%s", out)
 	}
-	t.Logf("exit status %d, output:\n%s", code, lastLines(out, 5))
+	t.Logf("exit status %d, output:\n%s", code, procLastLines(out, 5))
 }
 
-// legacyJob is the original server's job as its msgpack library stored it:
+// procLegacyJob is the original server's job as its msgpack library stored it:
 // a map keyed by the Go field names, Delay being the due time in unix
 // seconds.
-type legacyJob struct {
+type procLegacyJob struct {
 	Topic string
 	ID    string
 	Delay int64
@@ -885,21 +885,21 @@ type legacyJob struct {
 // original's untagged struct: a fixmap of five entries in field order.
 // fixedWidthInts writes integers as int64 (0xd3) as later versions of the
 // library do by default; otherwise in the smallest form.
-func (j legacyJob) encode(fixedWidthInts bool) []byte {
+func (j procLegacyJob) encode(fixedWidthInts bool) []byte {
 	b := []byte{0x85}
-	b = appendMsgpackString(b, "Topic")
-	b = appendMsgpackString(b, j.Topic)
-	b = appendMsgpackString(b, "Id")
-	b = appendMsgpackString(b, j.ID)
-	b = appendMsgpackString(b, "Delay")
-	b = appendMsgpackInt(b, j.Delay, fixedWidthInts)
-	b = appendMsgpackString(b, "TTR")
-	b = appendMsgpackInt(b, j.TTR, fixedWidthInts)
-	b = appendMsgpackString(b, "Body")
-	return appendMsgpackString(b, j.Body)
+	b = procAppendMsgpackString(b, "Topic")
+	b = procAppendMsgpackString(b, j.Topic)
+	b = procAppendMsgpackString(b, "Id")
+	b = procAppendMsgpackString(b, j.ID)
+	b = procAppendMsgpackString(b, "Delay")
+	b = procAppendMsgpackInt(b, j.Delay, fixedWidthInts)
+	b = procAppendMsgpackString(b, "TTR")
+	b = procAppendMsgpackInt(b, j.TTR, fixedWidthInts)
+	b = procAppendMsgpackString(b, "Body")
+	return procAppendMsgpackString(b, j.Body)
 }
 
-func appendMsgpackString(b []byte, s string) []byte {
+func procAppendMsgpackString(b []byte, s string) []byte {
 	switch n := len(s); {
 	case n < 32:
 		b = append(b, 0xa0|byte(n))
@@ -915,7 +915,7 @@ func appendMsgpackString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendMsgpackInt(b []byte, v int64, fixedWidth bool) []byte {
+func procAppendMsgpackInt(b []byte, v int64, fixedWidth bool) []byte {
 	switch {
 	case fixedWidth || v < 0:
 		b = append(b, 0xd3)
@@ -943,27 +943,27 @@ func appendMsgpackInt(b []byte, v int64, fixedWidth bool) []byte {
 // they are finished.
 func TestProcessImportsLegacyJobs(t *testing.T) {
 	rs := redistest.Start(t)
-	conn := redisConn(t, rs.Addr, 1)
-	now := redisNow(t, conn).Unix()
+	conn := procRedisConn(t, rs.Addr, 1)
+	now := procRedisNow(t, conn).Unix()
 
 	type fixture struct {
-		job        legacyJob
+		job        procLegacyJob
 		fixedWidth bool
 		bucket     string // bucket key, or "" for a job in the ready list
 		score      int64  // bucket score: unix seconds
 	}
 	fixtures := []fixture{
 		// Due 10 s ago, never picked up.
-		{job: legacyJob{Topic: "legacy", ID: "L1", Delay: now - 10, TTR: 30, Body: "first legacy body"},
+		{job: procLegacyJob{Topic: "legacy", ID: "L1", Delay: now - 10, TTR: 30, Body: "first legacy body"},
 			bucket: "dq_bucket_1", score: now - 10},
 		// Due in 2 s; a 40-byte body (str8) and int64-encoded integers.
-		{job: legacyJob{Topic: "legacy", ID: "L2", Delay: now + 2, TTR: 300, Body: strings.Repeat("forty by", 5)},
+		{job: procLegacyJob{Topic: "legacy", ID: "L2", Delay: now + 2, TTR: 300, Body: strings.Repeat("forty by", 5)},
 			fixedWidth: true, bucket: "dq_bucket_2", score: now + 2},
 		// In the ready list; a 300-byte UTF-8 body (str16).
-		{job: legacyJob{Topic: "order", ID: "L3", Delay: now - 5, TTR: 60, Body: strings.Repeat("заказ ✓ ", 20)}},
+		{job: procLegacyJob{Topic: "order", ID: "L3", Delay: now - 5, TTR: 60, Body: strings.Repeat("заказ ✓ ", 20)}},
 		// Popped by the original server, its ttr lease ends in 1 s: the
 		// bucket score is the redelivery time, Delay the original due time.
-		{job: legacyJob{Topic: "order", ID: "L4", Delay: now - 20, TTR: 21, Body: ""},
+		{job: procLegacyJob{Topic: "order", ID: "L4", Delay: now - 20, TTR: 21, Body: ""},
 			fixedWidth: true, bucket: "dq_bucket_3", score: now + 1},
 	}
 	for _, f := range fixtures {
@@ -989,8 +989,8 @@ func TestProcessImportsLegacyJobs(t *testing.T) {
 		}
 	}
 
-	srv := startServer(t, "legacy", rs.Addr)
-	api := newAPIClient()
+	srv := startProcServer(t, "legacy", rs.Addr)
+	api := newProcClient()
 	defer api.close()
 	if !strings.Contains(strings.ToLower(srv.output.String()), "import") {
 		t.Errorf("start-up output does not log the import:\n%s", srv.output.String())
@@ -1017,7 +1017,7 @@ func TestProcessImportsLegacyJobs(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for len(remaining) > 0 && time.Now().Before(deadline) {
 		job := api.mustPop(t, srv, "legacy,order", 5)
-		at := redisNow(t, conn)
+		at := procRedisNow(t, conn)
 		if job == nil {
 			continue
 		}
@@ -1032,14 +1032,14 @@ func TestProcessImportsLegacyJobs(t *testing.T) {
 		if f.bucket != "" && at.Before(time.Unix(f.score, 0)) {
 			t.Errorf("%s delivered at %v, before its bucket time %v", job.ID, at.Format(time.StampMilli), time.Unix(f.score, 0).Format(time.StampMilli))
 		}
-		api.mustOK(t, srv, "/finish", idRequest{ID: job.ID})
+		api.mustOK(t, srv, "/finish", procID{ID: job.ID})
 	}
 	if len(remaining) > 0 {
 		var ids []string
 		for id := range remaining {
 			ids = append(ids, id)
 		}
-		t.Fatalf("legacy jobs never delivered: %v", firstN(ids, 10))
+		t.Fatalf("legacy jobs never delivered: %v", procFirstN(ids, 10))
 	}
 	if job := api.mustPop(t, srv, "legacy,order", 1); job != nil {
 		t.Errorf("/pop after every legacy job was finished = %+v, want data null", *job)

@@ -3,6 +3,8 @@ package main
 // Harness for the process-level tests in process_test.go: it builds the
 // server binary once, runs it as a child process with its own conf file on
 // a free loopback port, talks to it over HTTP, and stops it by PID.
+// Package-level names carry a "proc" prefix because other test files share
+// package main; this file owns the package's TestMain.
 
 import (
 	"bufio"
@@ -28,10 +30,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// serverBuild holds the binary shared by every process-level test. It is
+// procBuild holds the binary shared by every process-level test. It is
 // package-level because building once per test would relink the (race)
 // binary eight times; TestMain owns its directory.
-var serverBuild struct {
+var procBuild struct {
 	once sync.Once
 	dir  string
 	path string
@@ -44,59 +46,59 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "create build directory:", err)
 		os.Exit(1)
 	}
-	serverBuild.dir = dir
+	procBuild.dir = dir
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// serverBinary builds the server once, with -race so that a data race in the
+// procBinary builds the server once, with -race so that a data race in the
 // server under these multi-process loads makes it exit non-zero (66) and is
 // reported; the race build is slower, but the whole file still runs well
 // inside its time budget.
-func serverBinary(t testing.TB) string {
+func procBinary(t testing.TB) string {
 	t.Helper()
-	serverBuild.once.Do(func() {
-		serverBuild.path = filepath.Join(serverBuild.dir, "delay-queue")
-		cmd := exec.Command("go", "build", "-race", "-o", serverBuild.path, ".")
+	procBuild.once.Do(func() {
+		procBuild.path = filepath.Join(procBuild.dir, "delay-queue")
+		cmd := exec.Command("go", "build", "-race", "-o", procBuild.path, ".")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			serverBuild.err = fmt.Errorf("go build -race: %w\n%s", err, out)
+			procBuild.err = fmt.Errorf("go build -race: %w\n%s", err, out)
 		}
 	})
-	if serverBuild.err != nil {
-		t.Fatalf("build the server: %v", serverBuild.err)
+	if procBuild.err != nil {
+		t.Fatalf("build the server: %v", procBuild.err)
 	}
-	return serverBuild.path
+	return procBuild.path
 }
 
-// lockedBuffer collects a child's output; the process writes from its own
+// procOutput collects a child's output; the process writes from its own
 // goroutines while the test reads.
-type lockedBuffer struct {
+type procOutput struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *procOutput) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *procOutput) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-// serverConf is the ini conf of one server process, in the original's format.
-type serverConf struct {
+// procConf is the ini conf of one server process, in the original's format.
+type procConf struct {
 	BindAddress string
 	RedisAddr   string
 	Extra       []string // more "key = value" lines
 }
 
-func (c serverConf) render() string {
+func (c procConf) render() string {
 	lines := []string{
 		"bind_address = " + c.BindAddress,
 		"bucket_size = 3",
@@ -108,16 +110,16 @@ func (c serverConf) render() string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// serverProcess is one delay-queue server started by a test. Start, Kill and
+// procServer is one delay-queue server started by a test. Start, Kill and
 // Start again reuse the same conf (and so the same port).
-type serverProcess struct {
+type procServer struct {
 	t        testing.TB
 	name     string
 	bin      string
 	confPath string
 	addr     string
 	baseURL  string
-	output   *lockedBuffer // stdout and stderr of every incarnation
+	output   *procOutput // stdout and stderr of every incarnation
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -126,26 +128,26 @@ type serverProcess struct {
 	runCount int
 }
 
-// newServer writes a conf for a server on a free port and returns it, not
+// newProcServer writes a conf for a server on a free port and returns it, not
 // yet started. The process is stopped (SIGTERM, then SIGKILL) when the test
 // ends, and its output is logged if the test failed.
-func newServer(t testing.TB, name, redisAddr string, extra ...string) *serverProcess {
+func newProcServer(t testing.TB, name, redisAddr string, extra ...string) *procServer {
 	t.Helper()
-	bin := serverBinary(t)
+	bin := procBinary(t)
 	addr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
-	conf := serverConf{BindAddress: addr, RedisAddr: redisAddr, Extra: extra}
+	conf := procConf{BindAddress: addr, RedisAddr: redisAddr, Extra: extra}
 	confPath := filepath.Join(t.TempDir(), name+".conf")
 	if err := os.WriteFile(confPath, []byte(conf.render()), 0o600); err != nil {
 		t.Fatalf("write conf: %v", err)
 	}
-	s := &serverProcess{
+	s := &procServer{
 		t:        t,
 		name:     name,
 		bin:      bin,
 		confPath: confPath,
 		addr:     addr,
 		baseURL:  "http://" + addr,
-		output:   &lockedBuffer{},
+		output:   &procOutput{},
 	}
 	t.Cleanup(func() {
 		if s.running() {
@@ -163,17 +165,17 @@ func newServer(t testing.TB, name, redisAddr string, extra ...string) *serverPro
 	return s
 }
 
-// startServer is newServer followed by Start.
-func startServer(t testing.TB, name, redisAddr string, extra ...string) *serverProcess {
+// startProcServer is newProcServer followed by Start.
+func startProcServer(t testing.TB, name, redisAddr string, extra ...string) *procServer {
 	t.Helper()
-	s := newServer(t, name, redisAddr, extra...)
+	s := newProcServer(t, name, redisAddr, extra...)
 	s.Start()
 	return s
 }
 
 // launch starts a new incarnation of the process without waiting for it to
 // be ready.
-func (s *serverProcess) launch() {
+func (s *procServer) launch() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -205,7 +207,7 @@ func (s *serverProcess) launch() {
 }
 
 // Start launches the process and waits until it answers HTTP.
-func (s *serverProcess) Start() {
+func (s *procServer) Start() {
 	s.t.Helper()
 	s.launch()
 	s.waitReady(20 * time.Second)
@@ -213,7 +215,7 @@ func (s *serverProcess) Start() {
 
 // waitReady polls POST /get until the server answers with an envelope, and
 // fails at once if the process exits first.
-func (s *serverProcess) waitReady(timeout time.Duration) {
+func (s *procServer) waitReady(timeout time.Duration) {
 	s.t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(timeout)
@@ -226,7 +228,7 @@ func (s *serverProcess) waitReady(timeout time.Duration) {
 		}
 		resp, err := client.Post(s.baseURL+"/get", "application/json", strings.NewReader(`{"id":"readiness-probe"}`))
 		if err == nil {
-			var env envelope
+			var env procEnvelope
 			decodeErr := json.NewDecoder(resp.Body).Decode(&env)
 			resp.Body.Close()
 			if decodeErr == nil {
@@ -240,19 +242,19 @@ func (s *serverProcess) waitReady(timeout time.Duration) {
 	}
 }
 
-func (s *serverProcess) exitedChan() chan struct{} {
+func (s *procServer) exitedChan() chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.exited
 }
 
-func (s *serverProcess) exitErr() error {
+func (s *procServer) exitErr() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.waitErr
 }
 
-func (s *serverProcess) running() bool {
+func (s *procServer) running() bool {
 	exited := s.exitedChan()
 	if exited == nil {
 		return false
@@ -265,7 +267,7 @@ func (s *serverProcess) running() bool {
 	}
 }
 
-func (s *serverProcess) signal(sig syscall.Signal) {
+func (s *procServer) signal(sig syscall.Signal) {
 	s.t.Helper()
 	s.mu.Lock()
 	cmd := s.cmd
@@ -280,7 +282,7 @@ func (s *serverProcess) signal(sig syscall.Signal) {
 
 // waitExit waits for the current incarnation to exit and returns its exit
 // code (-1 for death by signal); ok is false when the deadline passed first.
-func (s *serverProcess) waitExit(timeout time.Duration) (code int, ok bool) {
+func (s *procServer) waitExit(timeout time.Duration) (code int, ok bool) {
 	exited := s.exitedChan()
 	select {
 	case <-exited:
@@ -293,7 +295,7 @@ func (s *serverProcess) waitExit(timeout time.Duration) (code int, ok bool) {
 }
 
 // Kill sends SIGKILL and waits for the process to be gone.
-func (s *serverProcess) Kill() {
+func (s *procServer) Kill() {
 	s.t.Helper()
 	s.signal(syscall.SIGKILL)
 	if _, ok := s.waitExit(10 * time.Second); !ok {
@@ -303,7 +305,7 @@ func (s *serverProcess) Kill() {
 
 // terminate sends SIGTERM, waits up to timeout, then SIGKILL; it returns the
 // exit code and whether the process exited on SIGTERM alone.
-func (s *serverProcess) terminate(timeout time.Duration) (code int, graceful bool) {
+func (s *procServer) terminate(timeout time.Duration) (code int, graceful bool) {
 	s.t.Helper()
 	s.signal(syscall.SIGTERM)
 	if code, ok := s.waitExit(timeout); ok {
@@ -315,7 +317,7 @@ func (s *serverProcess) terminate(timeout time.Duration) (code int, graceful boo
 }
 
 // Stop sends SIGTERM and requires a clean exit (status 0) within timeout.
-func (s *serverProcess) Stop(timeout time.Duration) {
+func (s *procServer) Stop(timeout time.Duration) {
 	s.t.Helper()
 	start := time.Now()
 	code, graceful := s.terminate(timeout)
@@ -328,19 +330,19 @@ func (s *serverProcess) Stop(timeout time.Duration) {
 	s.t.Logf("server %s exited 0 %v after SIGTERM", s.name, time.Since(start).Round(time.Millisecond))
 }
 
-// envelope is every answer of the API.
-type envelope struct {
+// procEnvelope is every answer of the API.
+type procEnvelope struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data"`
 }
 
-func (e envelope) dataIsNull() bool {
+func (e procEnvelope) dataIsNull() bool {
 	return len(e.Data) == 0 || string(e.Data) == "null"
 }
 
-// pushRequest is the body of /push.
-type pushRequest struct {
+// procPush is the body of /push.
+type procPush struct {
 	Topic   string `json:"topic"`
 	ID      string `json:"id"`
 	Delay   int64  `json:"delay"`
@@ -349,19 +351,19 @@ type pushRequest struct {
 	Body    string `json:"body"`
 }
 
-// popRequest is the body of /pop.
-type popRequest struct {
+// procPop is the body of /pop.
+type procPop struct {
 	Topic   string `json:"topic"`
 	Timeout *int   `json:"timeout,omitempty"`
 }
 
-// idRequest is the body of /finish, /delete and /get.
-type idRequest struct {
+// procID is the body of /finish, /delete and /get.
+type procID struct {
 	ID string `json:"id"`
 }
 
-// poppedJob is the data of a /pop answer.
-type poppedJob struct {
+// procPopped is the data of a /pop answer.
+type procPopped struct {
 	ID       string `json:"id"`
 	Body     string `json:"body"`
 	Topic    string `json:"topic"`
@@ -369,9 +371,9 @@ type poppedJob struct {
 	Attempts int    `json:"attempts"`
 }
 
-// storedJob is the data of a /get answer; Delay is the due time in absolute
+// procStored is the data of a /get answer; Delay is the due time in absolute
 // unix seconds.
-type storedJob struct {
+type procStored struct {
 	Topic string `json:"topic"`
 	ID    string `json:"id"`
 	Delay int64  `json:"delay"`
@@ -379,66 +381,66 @@ type storedJob struct {
 	Body  string `json:"body"`
 }
 
-// apiClient talks to any of the test's servers over kept-alive connections.
-type apiClient struct {
+// procClient talks to any of the test's servers over kept-alive connections.
+type procClient struct {
 	http *http.Client
 }
 
-func newAPIClient() *apiClient {
+func newProcClient() *procClient {
 	transport := &http.Transport{
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     30 * time.Second,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 	}
-	return &apiClient{http: &http.Client{Transport: transport}}
+	return &procClient{http: &http.Client{Transport: transport}}
 }
 
-func (c *apiClient) close() {
+func (c *procClient) close() {
 	c.http.CloseIdleConnections()
 }
 
-// call POSTs body as JSON to baseURL+path and decodes the envelope; the
+// call POSTs body as JSON to baseURL+path and decodes the procEnvelope; the
 // request is bounded by timeout. It also returns the HTTP status.
-func (c *apiClient) call(baseURL, path string, body any, timeout time.Duration) (envelope, int, error) {
+func (c *procClient) call(baseURL, path string, body any, timeout time.Duration) (procEnvelope, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return c.callContext(ctx, baseURL, path, body)
 }
 
 // callContext is call bounded by ctx instead of a timeout.
-func (c *apiClient) callContext(ctx context.Context, baseURL, path string, body any) (envelope, int, error) {
+func (c *procClient) callContext(ctx context.Context, baseURL, path string, body any) (procEnvelope, int, error) {
 	payload, err := json.Marshal(body)
 	if err != nil {
-		return envelope{}, 0, err
+		return procEnvelope{}, 0, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+path, bytes.NewReader(payload))
 	if err != nil {
-		return envelope{}, 0, err
+		return procEnvelope{}, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return envelope{}, 0, err
+		return procEnvelope{}, 0, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return envelope{}, resp.StatusCode, fmt.Errorf("read answer of %s: %w", path, err)
+		return procEnvelope{}, resp.StatusCode, fmt.Errorf("read answer of %s: %w", path, err)
 	}
-	var env envelope
+	var env procEnvelope
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return envelope{}, resp.StatusCode, fmt.Errorf("decode answer of %s (status %d): %w: %q", path, resp.StatusCode, err, raw)
+		return procEnvelope{}, resp.StatusCode, fmt.Errorf("decode answer of %s (status %d): %w: %q", path, resp.StatusCode, err, raw)
 	}
 	return env, resp.StatusCode, nil
 }
 
-const shortCall = 10 * time.Second
+const procCallTimeout = 10 * time.Second
 
 // mustOK calls path and fails the test unless it answers status 200, code 0.
-func (c *apiClient) mustOK(t testing.TB, s *serverProcess, path string, body any) envelope {
+func (c *procClient) mustOK(t testing.TB, s *procServer, path string, body any) procEnvelope {
 	t.Helper()
-	env, status, err := c.call(s.baseURL, path, body, shortCall)
+	env, status, err := c.call(s.baseURL, path, body, procCallTimeout)
 	if err != nil {
 		t.Fatalf("%s %s: %v", s.name, path, err)
 	}
@@ -448,30 +450,30 @@ func (c *apiClient) mustOK(t testing.TB, s *serverProcess, path string, body any
 	return env
 }
 
-func (c *apiClient) mustPush(t testing.TB, s *serverProcess, job pushRequest) {
+func (c *procClient) mustPush(t testing.TB, s *procServer, job procPush) {
 	t.Helper()
 	c.mustOK(t, s, "/push", job)
 }
 
 // mustPop pops with a hold of holdSeconds and returns the job, or nil for
 // data null.
-func (c *apiClient) mustPop(t testing.TB, s *serverProcess, topic string, holdSeconds int) *poppedJob {
+func (c *procClient) mustPop(t testing.TB, s *procServer, topic string, holdSeconds int) *procPopped {
 	t.Helper()
-	env, status, err := c.call(s.baseURL, "/pop", popRequest{Topic: topic, Timeout: &holdSeconds}, time.Duration(holdSeconds)*time.Second+shortCall)
+	env, status, err := c.call(s.baseURL, "/pop", procPop{Topic: topic, Timeout: &holdSeconds}, time.Duration(holdSeconds)*time.Second+procCallTimeout)
 	if err != nil {
 		t.Fatalf("%s /pop %q: %v", s.name, topic, err)
 	}
 	if status != http.StatusOK || env.Code != 0 {
 		t.Fatalf("%s /pop %q: status %d, code %d, message %q; want 200, code 0", s.name, topic, status, env.Code, env.Message)
 	}
-	return decodePopped(t, env)
+	return procDecodePopped(t, env)
 }
 
 // pop is a /pop that reports failures instead of failing the test, for
 // goroutines and for runs where servers are killed on purpose. job is nil
 // for data null or on error.
-func (c *apiClient) pop(s *serverProcess, topic string, holdSeconds int) (*poppedJob, envelope, error) {
-	env, status, err := c.call(s.baseURL, "/pop", popRequest{Topic: topic, Timeout: &holdSeconds}, time.Duration(holdSeconds)*time.Second+shortCall)
+func (c *procClient) pop(s *procServer, topic string, holdSeconds int) (*procPopped, procEnvelope, error) {
+	env, status, err := c.call(s.baseURL, "/pop", procPop{Topic: topic, Timeout: &holdSeconds}, time.Duration(holdSeconds)*time.Second+procCallTimeout)
 	if err != nil {
 		return nil, env, err
 	}
@@ -481,7 +483,7 @@ func (c *apiClient) pop(s *serverProcess, topic string, holdSeconds int) (*poppe
 	if env.dataIsNull() {
 		return nil, env, nil
 	}
-	var job poppedJob
+	var job procPopped
 	if err := json.Unmarshal(env.Data, &job); err != nil {
 		return nil, env, fmt.Errorf("%s /pop: decode data %s: %w", s.name, env.Data, err)
 	}
@@ -490,8 +492,8 @@ func (c *apiClient) pop(s *serverProcess, topic string, holdSeconds int) (*poppe
 
 // ok is a call that must answer status 200, code 0; it reports failures
 // instead of failing the test.
-func (c *apiClient) ok(s *serverProcess, path string, body any) error {
-	env, status, err := c.call(s.baseURL, path, body, shortCall)
+func (c *procClient) ok(s *procServer, path string, body any) error {
+	env, status, err := c.call(s.baseURL, path, body, procCallTimeout)
 	if err != nil {
 		return err
 	}
@@ -501,12 +503,12 @@ func (c *apiClient) ok(s *serverProcess, path string, body any) error {
 	return nil
 }
 
-func decodePopped(t testing.TB, env envelope) *poppedJob {
+func procDecodePopped(t testing.TB, env procEnvelope) *procPopped {
 	t.Helper()
 	if env.dataIsNull() {
 		return nil
 	}
-	var job poppedJob
+	var job procPopped
 	if err := json.Unmarshal(env.Data, &job); err != nil {
 		t.Fatalf("decode /pop data %s: %v", env.Data, err)
 	}
@@ -514,22 +516,22 @@ func decodePopped(t testing.TB, env envelope) *poppedJob {
 }
 
 // mustGet returns the /get view of id, or nil for data null.
-func (c *apiClient) mustGet(t testing.TB, s *serverProcess, id string) *storedJob {
+func (c *procClient) mustGet(t testing.TB, s *procServer, id string) *procStored {
 	t.Helper()
-	env := c.mustOK(t, s, "/get", idRequest{ID: id})
+	env := c.mustOK(t, s, "/get", procID{ID: id})
 	if env.dataIsNull() {
 		return nil
 	}
-	var job storedJob
+	var job procStored
 	if err := json.Unmarshal(env.Data, &job); err != nil {
 		t.Fatalf("decode /get data %s: %v", env.Data, err)
 	}
 	return &job
 }
 
-// redisConn dials db of the test's redis-server, for fixtures and for
+// procRedisConn dials db of the test's redis-server, for fixtures and for
 // reading the server's clock (Redis TIME is the engine's one clock).
-func redisConn(t testing.TB, addr string, db int) redis.Conn {
+func procRedisConn(t testing.TB, addr string, db int) redis.Conn {
 	t.Helper()
 	conn, err := redis.Dial("tcp", addr, redis.DialDatabase(db), redis.DialConnectTimeout(2*time.Second),
 		redis.DialReadTimeout(5*time.Second), redis.DialWriteTimeout(5*time.Second))
@@ -540,8 +542,8 @@ func redisConn(t testing.TB, addr string, db int) redis.Conn {
 	return conn
 }
 
-// redisNow reads Redis TIME, the clock the engine schedules by.
-func redisNow(t testing.TB, conn redis.Conn) time.Time {
+// procRedisNow reads Redis TIME, the clock the engine schedules by.
+func procRedisNow(t testing.TB, conn redis.Conn) time.Time {
 	t.Helper()
 	parts, err := redis.Int64s(conn.Do("TIME"))
 	if err != nil || len(parts) != 2 {
@@ -550,8 +552,8 @@ func redisNow(t testing.TB, conn redis.Conn) time.Time {
 	return time.Unix(parts[0], parts[1]*1000)
 }
 
-// lastLines returns the last n lines of out, for short failure messages.
-func lastLines(out string, n int) string {
+// procLastLines returns the last n lines of out, for short failure messages.
+func procLastLines(out string, n int) string {
 	var lines []string
 	scanner := bufio.NewScanner(strings.NewReader(out))
 	for scanner.Scan() {
