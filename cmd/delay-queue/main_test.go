@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+// logSink collects what run writes to stderr, lets a test wait for a line,
+// and forwards every line to t.Log.
+type logSink struct {
+	t       *testing.T
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed and replaced on every write
+}
+
+func newLogSink(t *testing.T) *logSink {
+	return &logSink{t: t, changed: make(chan struct{})}
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t.Log(strings.TrimRight(string(p), "\n"))
+	s.buf.Write(p)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return len(p), nil
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// waitFor returns the first submatch of re in the log, waiting for it to
+// appear until the deadline.
+func (s *logSink) waitFor(re *regexp.Regexp, within time.Duration) (string, error) {
+	deadline := time.After(within)
+	for {
+		s.mu.Lock()
+		m := re.FindStringSubmatch(s.buf.String())
+		changed := s.changed
+		s.mu.Unlock()
+		if m != nil {
+			return m[len(m)-1], nil
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return "", fmt.Errorf("no log line matching %s within %s", re, within)
+		}
+	}
+}
+
+func writeConf(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "delay-queue.conf")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// deadAddress returns a loopback address that nothing listens on.
+func deadAddress(t *testing.T) string {
+	return "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+}
+
+// runShort calls run for arguments that must return at once (no server).
+func runShort(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	logs := newLogSink(t)
+	err = run(ctx, args, &out, logs)
+	return out.String(), logs.String(), err
+}
+
+func TestRunWithoutServing(t *testing.T) {
+	dead := deadAddress(t)
+	tests := []struct {
+		name       string
+		args       []string
+		wantStdout string // substring; "" checks stdout is empty
+		wantErr    []string
+		wantUsage  bool // the error is a usage error
+		wantLog    []string
+	}{
+		{
+			name:       "version",
+			args:       []string{"-v"},
+			wantStdout: "delay-queue dev\n",
+		},
+		{
+			name:       "version wins over a bad conf",
+			args:       []string{"-v", "-c", "/nonexistent.conf"},
+			wantStdout: "delay-queue dev\n",
+		},
+		{
+			name:       "help",
+			args:       []string{"-h"},
+			wantStdout: "-embedded",
+		},
+		{
+			name:      "unknown flag",
+			args:      []string{"-x"},
+			wantErr:   []string{"-x"},
+			wantUsage: true,
+		},
+		{
+			name:      "stray argument",
+			args:      []string{"serve"},
+			wantErr:   []string{`unexpected argument "serve"`},
+			wantUsage: true,
+		},
+		{
+			name:    "missing conf file",
+			args:    []string{"-c", "/nonexistent/delay-queue.conf"},
+			wantErr: []string{"/nonexistent/delay-queue.conf"},
+		},
+		{
+			name:    "malformed number names the key",
+			args:    []string{"-c", writeConf(t, "bucket_size = three")},
+			wantErr: []string{"bucket_size", `"three"`},
+		},
+		{
+			name:    "invalid relation names both keys",
+			args:    []string{"-c", writeConf(t, "queue_block_timeout = 200")},
+			wantErr: []string{"queue_block_timeout = 200", "redis.read_timeout"},
+		},
+		{
+			name:    "redis down names the address",
+			args:    []string{"-c", writeConf(t, "redis.host = "+dead)},
+			wantErr: []string{dead},
+		},
+		{
+			name:    "unknown key is a warning, not an error",
+			args:    []string{"-c", writeConf(t, "bucket = 5", "redis.host = "+dead)},
+			wantErr: []string{dead},
+			wantLog: []string{"level=WARN", "unknown key bucket ignored"},
+		},
+		{
+			name:    "log format json",
+			args:    []string{"-c", writeConf(t, "bucket = 5", "log_format = json", "redis.host = "+dead)},
+			wantErr: []string{dead},
+			wantLog: []string{`"level":"WARN"`, "unknown key bucket ignored"},
+		},
+		{
+			name:    "log level error hides warnings",
+			args:    []string{"-c", writeConf(t, "bucket = 5", "log_level = error", "redis.host = "+dead)},
+			wantErr: []string{dead},
+		},
+		{
+			name:    "busy bind address",
+			args:    []string{"-embedded", "-c", writeConf(t, "bind_address = "+busyAddress(t))},
+			wantErr: []string{"listen on bind_address"},
+			wantLog: []string{"jobs live in this process's memory only"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := runShort(t, tt.args...)
+			if tt.wantStdout == "" && stdout != "" {
+				t.Errorf("stdout = %q, want nothing", stdout)
+			}
+			if !strings.Contains(stdout, tt.wantStdout) {
+				t.Errorf("stdout = %q, want it to contain %q", stdout, tt.wantStdout)
+			}
+			if len(tt.wantErr) == 0 && err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if len(tt.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("run succeeded, want an error containing %q", tt.wantErr)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+				if strings.Contains(err.Error(), "\n") {
+					t.Errorf("error %q spans several lines", err)
+				}
+				var usage usageError
+				if errors.As(err, &usage) != tt.wantUsage {
+					t.Errorf("error %q: usage error = %v, want %v", err, !tt.wantUsage, tt.wantUsage)
+				}
+			}
+			for _, w := range tt.wantLog {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("log %q does not contain %q", stderr, w)
+				}
+			}
+			if len(tt.wantLog) == 0 && strings.Contains(stderr, "WARN") {
+				t.Errorf("log %q has a warning, want none", stderr)
+			}
+		})
+	}
+}
+
+// busyAddress returns an address a listener holds until the test ends.
+func busyAddress(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String()
+}
+
+var (
+	listeningText = regexp.MustCompile(`msg=listening addr=(\S+)`)
+	listeningJSON = regexp.MustCompile(`"msg":"listening","addr":"([^"]+)"`)
+)
+
+type envelope struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+func post(t *testing.T, base, path, body string) envelope {
+	t.Helper()
+	env, err := postContext(context.Background(), base, path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func postContext(ctx context.Context, base, path, body string) (envelope, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+base+path, strings.NewReader(body))
+	if err != nil {
+		return envelope{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return envelope{}, fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return envelope{}, fmt.Errorf("POST %s: read: %w", path, err)
+	}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return envelope{}, fmt.Errorf("POST %s: answer %q is not an envelope: %w", path, raw, err)
+	}
+	return env, nil
+}
+
+// TestRunServesAndShutsDown starts the whole server, uses it, then cancels
+// the context as a signal would: a held pop must answer data:null promptly
+// and run must return nil.
+func TestRunServesAndShutsDown(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      func(t *testing.T) []string
+		listening *regexp.Regexp
+		wantLog   []string
+	}{
+		{
+			name: "embedded flag",
+			args: func(t *testing.T) []string {
+				return []string{"-embedded", "-c", writeConf(t, "bind_address = 127.0.0.1:0")}
+			},
+			listening: listeningText,
+			wantLog:   []string{"jobs live in this process's memory only"},
+		},
+		{
+			name: "embedded host in the conf, json logs",
+			args: func(t *testing.T) []string {
+				return []string{"-c", writeConf(t, "bind_address = 127.0.0.1:0", "redis.host = embedded", "log_format = json")}
+			},
+			listening: listeningJSON,
+			wantLog:   []string{"jobs live in this process's memory only"},
+		},
+		{
+			name: "real redis",
+			args: func(t *testing.T) []string {
+				srv := redistest.Start(t)
+				return []string{"-c", writeConf(t, "bind_address = 127.0.0.1:0", "[redis]", "host = "+srv.Addr, "db = 2")}
+			},
+			listening: listeningText,
+			wantLog:   []string{"imported jobs left by the original server", "count=0"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args(t)
+			logs := newLogSink(t)
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, args, io.Discard, logs) }()
+
+			addr, err := logs.waitFor(tt.listening, 20*time.Second)
+			if err != nil {
+				stop()
+				t.Fatalf("%v (run returned %v)", err, <-done)
+			}
+
+			if env := post(t, addr, "/push", `{"topic":"mail","id":"job-1","delay":0,"ttr":30,"body":"hello"}`); env.Code != 0 {
+				t.Fatalf("push: %+v", env)
+			}
+			env := post(t, addr, "/pop", `{"topic":"mail","timeout":5}`)
+			if env.Code != 0 || !strings.Contains(string(env.Data), `"id":"job-1"`) || !strings.Contains(string(env.Data), `"body":"hello"`) {
+				t.Fatalf("pop: %+v", env)
+			}
+			if env := post(t, addr, "/finish", `{"id":"job-1"}`); env.Code != 0 {
+				t.Fatalf("finish: %+v", env)
+			}
+
+			// A pop held for the whole queue_block_timeout must be answered
+			// as soon as shutdown starts.
+			held := make(chan heldAnswer, 1)
+			sent := make(chan struct{})
+			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) }}
+			go func() {
+				env, err := postContext(httptrace.WithClientTrace(context.Background(), trace), addr, "/pop", `{"topic":"empty"}`)
+				held <- heldAnswer{env, err}
+			}()
+			<-sent
+			// The listener accepts connections in order, so once a pop on a
+			// second connection is answered, the held one was accepted too:
+			// shutdown will answer it rather than refuse it.
+			if env := post(t, addr, "/pop", `{"topic":"other","timeout":0}`); env.Code != 0 || string(env.Data) != "null" {
+				t.Fatalf("pop with timeout 0: %+v", env)
+			}
+			shutdownStart := time.Now()
+			stop()
+			select {
+			case answer := <-held:
+				if answer.err != nil {
+					t.Fatalf("held pop: %v", answer.err)
+				}
+				if answer.env.Code != 0 || string(answer.env.Data) != "null" {
+					t.Errorf("held pop answered %+v, want code 0 and data null", answer.env)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("held pop was not answered within 10s of shutdown")
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("run: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("run did not return within 20s of shutdown")
+			}
+			t.Logf("shutdown took %s", time.Since(shutdownStart))
+
+			logText := logs.String()
+			for _, w := range append(tt.wantLog, "shutting down", "stopped") {
+				if !strings.Contains(logText, w) {
+					t.Errorf("log does not contain %q", w)
+				}
+			}
+			if strings.Contains(logText, "no authentication") {
+				t.Errorf("loopback bind logged the no-auth warning")
+			}
+			if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				t.Errorf("%s still accepts connections after run returned", addr)
+			}
+		})
+	}
+}
+
+type heldAnswer struct {
+	env envelope
+	err error
+}
+
+func TestIsLoopback(t *testing.T) {
+	tests := []struct {
+		ip   string
+		want bool
+	}{
+		{"127.0.0.1", true},
+		{"127.0.0.53", true},
+		{"::1", true},
+		{"0.0.0.0", false},
+		{"::", false},
+		{"192.168.1.10", false},
+	}
+	for _, tt := range tests {
+		addr := &net.TCPAddr{IP: net.ParseIP(tt.ip), Port: 9277}
+		if got := isLoopback(addr); got != tt.want {
+			t.Errorf("isLoopback(%s) = %v, want %v", addr, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/config"
+	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/routers"
+)
+
+// serve starts everything in order (Redis check, legacy import, scanners,
+// HTTP), waits for ctx to be done or for a component to fail, then stops
+// everything in reverse order. It returns nil after a shutdown caused by
+// ctx.
+func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	redisOpts := delayqueue.RedisOptions{
+		Addr:           cfg.Redis.Host,
+		DB:             cfg.Redis.DB,
+		Password:       cfg.Redis.Password,
+		MaxIdle:        cfg.Redis.MaxIdle,
+		MaxActive:      cfg.Redis.MaxActive,
+		ConnectTimeout: cfg.Redis.ConnectTimeout,
+		ReadTimeout:    cfg.Redis.ReadTimeout,
+		WriteTimeout:   cfg.Redis.WriteTimeout,
+	}
+	if cfg.Redis.Embedded() {
+		mini := miniredis.NewMiniRedis()
+		if err := mini.StartAddr("127.0.0.1:0"); err != nil {
+			return fmt.Errorf("start embedded redis: %w", err)
+		}
+		// Deferred first, so it stops after the pool is closed.
+		defer mini.Close()
+		redisOpts.Addr = mini.Addr()
+		// miniredis has no password unless told; the conf's is meant for
+		// the real server.
+		redisOpts.Password = ""
+		logger.Warn("embedded redis: jobs live in this process's memory only and are lost when it exits",
+			"redis_addr", redisOpts.Addr)
+	}
+
+	pool := delayqueue.NewPool(redisOpts)
+	defer pool.Close()
+	if err := checkRedis(ctx, pool, cfg.Redis.Embedded()); err != nil {
+		// The engine's errors usually name the address already.
+		if strings.Contains(err.Error(), redisOpts.Addr) {
+			return fmt.Errorf("start-up check of redis.host: %w", err)
+		}
+		return fmt.Errorf("start-up check of redis.host %s: %w", redisOpts.Addr, err)
+	}
+
+	queue, err := delayqueue.New(pool, delayqueue.Options{
+		BucketSize:   cfg.BucketSize,
+		BucketName:   cfg.BucketName,
+		QueueName:    cfg.QueueName,
+		KeyPrefix:    cfg.KeyPrefix,
+		BlockTimeout: cfg.QueueBlockTimeout,
+		Dial:         redisOpts.Dial,
+	}, logger)
+	if err != nil {
+		return fmt.Errorf("create queue: %w", err)
+	}
+	// The import must finish before the scanners start, so they never see
+	// a half-converted job.
+	imported, err := queue.ImportLegacy(ctx)
+	if err != nil {
+		return fmt.Errorf("import jobs left by the original server (%d imported so far): %w", imported, err)
+	}
+	logger.Info("imported jobs left by the original server", "count", imported)
+
+	listener, err := net.Listen("tcp", cfg.BindAddress)
+	if err != nil {
+		return fmt.Errorf("listen on bind_address %s: %w", cfg.BindAddress, err)
+	}
+	if !isLoopback(listener.Addr()) {
+		logger.Warn("bind_address is not a loopback address and the API has no authentication: "+
+			"anyone who can reach it can push, pop and delete jobs", "addr", listener.Addr().String())
+	}
+
+	// The queue gets its own context: it must keep running while held pops
+	// are answered and HTTP drains, and stop only after that.
+	queueCtx, stopQueue := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopQueue()
+	queueDone := make(chan error, 1)
+	go func() { queueDone <- queue.Run(queueCtx) }()
+
+	server := &http.Server{
+		Handler: routers.New(queue, routers.Options{
+			MaxBodyBytes:    cfg.MaxBodyBytes,
+			MaxJobBodyBytes: int(cfg.MaxJobBodyBytes),
+			BlockTimeout:    cfg.QueueBlockTimeout,
+		}, logger),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		// No WriteTimeout: a held /pop answers after up to
+		// queue_block_timeout, and a write timeout would cut it.
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- server.Serve(listener) }()
+	logger.Info("listening", "addr", listener.Addr().String(), "redis_addr", redisOpts.Addr, "version", version)
+
+	var failure error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", "reason", context.Cause(ctx).Error())
+	case err := <-serveDone:
+		failure = fmt.Errorf("http server stopped: %w", err)
+	case err := <-queueDone:
+		failure = fmt.Errorf("queue stopped unexpectedly: %w", err)
+		if err == nil {
+			failure = errors.New("queue stopped unexpectedly")
+		}
+		queueDone = nil
+	}
+
+	// Held pops answer data:null now, so HTTP can drain promptly.
+	queue.StopWaiting()
+	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancelHTTP()
+	if err := server.Shutdown(httpCtx); err != nil {
+		logger.Warn("http requests still running at shutdown_timeout; closing their connections", "err", err)
+		_ = server.Close()
+	}
+
+	stopQueue()
+	if queueDone != nil {
+		queueCtx, cancelWait := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancelWait()
+		select {
+		case err := <-queueDone:
+			if err != nil && failure == nil {
+				failure = fmt.Errorf("queue: %w", err)
+			}
+		case <-queueCtx.Done():
+			if failure == nil {
+				failure = errors.New("queue scanners did not stop within shutdown_timeout")
+			}
+		}
+	}
+	// The deferred pool.Close and mini.Close run next, in that order.
+	logger.Info("stopped")
+	return failure
+}
+
+// checkRedis makes sure Redis answers before anything starts. A real server
+// must also be new enough; miniredis does not report redis_version in INFO
+// (it rejects INFO server), so embedded mode only pings.
+func checkRedis(ctx context.Context, pool *redis.Pool, embedded bool) error {
+	if !embedded {
+		return delayqueue.CheckServer(ctx, pool)
+	}
+	conn, err := pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.Do("PING"); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+// isLoopback reports whether a listener only accepts local connections.
+// 0.0.0.0 and :: are not loopback.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
