@@ -411,3 +411,41 @@ func TestParseLogLevel(t *testing.T) {
 		}
 	}
 }
+
+// The shipped delay-queue.conf documents every key with its default; only
+// bind_address differs, on purpose (loopback, see the file).
+func TestShippedConfDocumentsEveryKey(t *testing.T) {
+	path := filepath.Join("..", "delay-queue.conf")
+	got, warnings, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings = %q, want none", warnings)
+	}
+	want := Default()
+	want.BindAddress = "127.0.0.1:9277"
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Load =\n%+v\nwant the defaults with bind_address 127.0.0.1:9277:\n%+v", got, want)
+	}
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range settingSetters() {
+		line := "\n" + key + " ="
+		i := strings.Index(string(text), line)
+		if i < 0 {
+			t.Errorf("%s has no line %q", path, strings.TrimSpace(line))
+			continue
+		}
+		if !strings.HasPrefix(lastLine(string(text[:i])), ";") {
+			t.Errorf("%s: %s has no comment line above it", path, key)
+		}
+	}
+}
+
+// lastLine returns the last line of s.
+func lastLine(s string) string {
+	return s[strings.LastIndex(s, "\n")+1:]
+}
