@@ -1,0 +1,42 @@
+# Commands for working on delay-queue. `make` alone lists them.
+
+GO      ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+# The process-level tests build the server and kill it under load; give the
+# whole run room, but not forever.
+TEST_TIMEOUT ?= 15m
+FUZZ_TIME    ?= 30s
+
+.DEFAULT_GOAL := help
+.PHONY: help run build test lint bench fuzz clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-6s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+# Built then run (not `go run`), so Ctrl-C and SIGTERM reach the server itself
+# and it shuts down gracefully. delay-queue.conf binds 127.0.0.1:9277.
+run: ## start the server on 127.0.0.1:9277 with an in-memory Redis (nothing to install)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/delay-queue ./cmd/delay-queue
+	./bin/delay-queue -c delay-queue.conf -embedded
+
+build: ## build the binaries into bin/, with the version from git describe
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+test: ## run every test with the race detector (real-Redis tests need redis-server)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+lint: ## check formatting (gofmt) and run go vet
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# Placeholder until the performance issue replaces it with the full load run.
+bench: ## run the engine's Go benchmarks
+	$(GO) test -run '^$$' -bench . ./delayqueue/
+
+fuzz: ## fuzz the HTTP request decoding for FUZZ_TIME (default 30s)
+	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./routers/
+
+clean: ## remove bin/
+	rm -rf bin
