@@ -360,12 +360,15 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	var (
-		ackedMu     sync.Mutex
-		acked       = make(map[string]bool, jobCount)
-		ackedCount  atomic.Int64
-		pushErrors  atomic.Int64
-		popErrors   atomic.Int64
-		serverFails procFailures // code 1 answers: Redis is up, so these are server faults
+		ackedMu    sync.Mutex
+		acked      = make(map[string]bool, jobCount)
+		ackedCount atomic.Int64
+		pushErrors atomic.Int64
+		popErrors  atomic.Int64
+		// recoveredDeliveries counts deliveries whose attempts show an
+		// earlier delivery that no consumer received.
+		recoveredDeliveries atomic.Int64
+		serverFails         procFailures // code 1 answers: Redis is up, so these are server faults
 	)
 	deliveries := newProcDeliveries(-1)
 
@@ -376,6 +379,13 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 		case <-ctx.Done():
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+
+	ack := func(id string) {
+		ackedMu.Lock()
+		acked[id] = true
+		ackedMu.Unlock()
+		ackedCount.Add(1)
 	}
 
 	var producers sync.WaitGroup
@@ -405,10 +415,7 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 						retryPause()
 						continue
 					}
-					ackedMu.Lock()
-					acked[job.ID] = true
-					ackedMu.Unlock()
-					ackedCount.Add(1)
+					ack(job.ID)
 					break
 				}
 			}
@@ -440,16 +447,24 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 		consumers.Add(1)
 		go func() {
 			defer consumers.Done()
-			which := c % 2
+			// Each consumer goes back to its home server after a failed
+			// call, so that every kill of server A cuts held pops.
+			home := c % 2
+			which := home
 			for consumerCtx.Err() == nil {
 				srv := servers[which]
 				env, status, err := api.call(srv.baseURL, "/pop", procPop{Topic: topicList, Timeout: new(1)}, procCallTimeout)
 				if err != nil {
 					popErrors.Add(1)
-					which = 1 - which
-					retryPause()
+					if which == home {
+						which = 1 - home
+					} else {
+						which = home
+						retryPause()
+					}
 					continue
 				}
+				which = home
 				if status != http.StatusOK || env.Code != 0 {
 					serverFails.add("pop via %s: status %d code %d %q", srv.name, status, env.Code, env.Message)
 					retryPause()
@@ -463,24 +478,67 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 					serverFails.add("pop via %s: decode data %s: %v", srv.name, env.Data, err)
 					continue
 				}
-				deliveries.delivered(job.ID)
+				if seen := deliveries.delivered(job.ID); job.Attempts > seen {
+					// An earlier delivery never reached a consumer: it
+					// died with server A and came back after its ttr.
+					recoveredDeliveries.Add(1)
+				}
 				finish(job.ID, which)
 			}
 		}()
 	}
 
+	// burst pushes burstSize ready jobs through server B at full speed and
+	// counts their acknowledgements in burstAcked, so that a kill can land
+	// while server A is busy claiming and answering jobs rather than
+	// holding idle pops.
+	const burstSize = 300
+	var burstAcked atomic.Int64
+	burst := func(k int) (done <-chan struct{}) {
+		var pushers sync.WaitGroup
+		for w := range 8 {
+			pushers.Add(1)
+			go func() {
+				defer pushers.Done()
+				for j := w; j < burstSize; j += 8 {
+					job := procPush{Topic: topics[j%len(topics)], ID: fmt.Sprintf("crash-burst-%d-%d", k, j), TTR: 2, Body: "burst"}
+					env, status, err := api.call(survivor.baseURL, "/push", job, procCallTimeout)
+					if err != nil || status != http.StatusOK || env.Code != 0 {
+						serverFails.add("burst push %s via B: status %d, %+v, %v", job.ID, status, env, err)
+						continue
+					}
+					ack(job.ID)
+					burstAcked.Add(1)
+				}
+			}()
+		}
+		finished := make(chan struct{})
+		go func() {
+			pushers.Wait()
+			close(finished)
+		}()
+		return finished
+	}
+
+	// waitCount polls counter until it reaches target.
+	waitCount := func(counter *atomic.Int64, target int64, what string) {
+		deadline := time.Now().Add(40 * time.Second)
+		for counter.Load() < target {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d after 40 s, waiting for %d", what, counter.Load(), target)
+			}
+			time.Sleep(2 * time.Millisecond) // polling interval for the counter
+		}
+	}
+
 	// The kills run on the test goroutine: Start may fail the test.
 	for k := 1; k <= kills; k++ {
-		threshold := int64(k * jobCount / (kills + 1))
-		deadline := time.Now().Add(40 * time.Second)
-		for ackedCount.Load() < threshold {
-			if time.Now().After(deadline) {
-				t.Fatalf("only %d pushes acknowledged after 40 s, waiting for %d before kill %d", ackedCount.Load(), threshold, k)
-			}
-			time.Sleep(5 * time.Millisecond) // polling interval for the counter
-		}
+		waitCount(&ackedCount, int64(k*jobCount/(kills+1)), fmt.Sprintf("acknowledged pushes before kill %d", k))
+		burstDone := burst(k)
+		waitCount(&burstAcked, int64((2*k-1)*burstSize/2), fmt.Sprintf("burst pushes before kill %d", k))
 		victim.Kill()
-		t.Logf("kill -9 #%d of server A after %d acknowledged pushes", k, ackedCount.Load())
+		t.Logf("kill -9 #%d of server A after %d acknowledged pushes, in the middle of a burst", k, ackedCount.Load())
+		<-burstDone
 		victim.Start()
 	}
 
@@ -530,8 +588,8 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 	for _, n := range counts {
 		duplicates += n - 1
 	}
-	t.Logf("deliveries: %d for %d distinct jobs, %d duplicates (allowed: at-least-once); %d pop transport errors",
-		total, len(counts), duplicates, popErrors.Load())
+	t.Logf("deliveries: %d for %d distinct jobs, %d duplicates (allowed: at-least-once), %d redelivered after a delivery lost in flight; %d pop transport errors",
+		total, len(counts), duplicates, recoveredDeliveries.Load(), popErrors.Load())
 	serverFails.report(t, "code-1 answers while Redis was up")
 	if len(lost) > 0 {
 		t.Errorf("%d of %d acknowledged jobs lost (never delivered within 45 s), e.g. %v", len(lost), len(ackedIDs), procFirstN(lost, 10))
