@@ -139,9 +139,9 @@ func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	d, err := l.q.claim(cctx, w.topics)
-	if d != nil {
-		w.result <- popResult{delivery: d}
+	ds, err := l.q.claim(cctx, w.topics, w.count)
+	if len(ds) > 0 {
+		w.result <- popResult{deliveries: ds}
 		return true
 	}
 	if err != nil {

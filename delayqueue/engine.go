@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -31,12 +29,20 @@ type Options struct {
 	Dispatchers int
 	// MoveBatch bounds the ids one move-due script call moves; 0 means 500.
 	MoveBatch int
+	// DeadMaxPerTopic caps each topic's dead letters (the oldest are
+	// dropped); 0 means 10000.
+	DeadMaxPerTopic int
+	// DeadTTL is how long dead letters are kept; 0 means 7 days.
+	DeadTTL time.Duration
 }
 
 const (
 	defaultKeyPrefix   = "dq_"
 	defaultDispatchers = 4
 	defaultMoveBatch   = 500
+	// Dead letters kept per topic, and for how long.
+	defaultDeadMaxPerTopic = 10000
+	defaultDeadTTL         = 7 * 24 * time.Hour
 	// wakeTokenCap bounds a topic's wake-up list: tokens only wake waiters,
 	// so more than there can be waiters is waste.
 	wakeTokenCap = 10000
@@ -81,6 +87,12 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 	}
 	if opts.MoveBatch <= 0 {
 		opts.MoveBatch = defaultMoveBatch
+	}
+	if opts.DeadMaxPerTopic <= 0 {
+		opts.DeadMaxPerTopic = defaultDeadMaxPerTopic
+	}
+	if opts.DeadTTL <= 0 {
+		opts.DeadTTL = defaultDeadTTL
 	}
 	if opts.BlockTimeout <= 0 {
 		opts.BlockTimeout = 178 * time.Second
@@ -136,6 +148,11 @@ func (q *Queue) Run(ctx context.Context) error {
 			s.run(ctx)
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		q.sweepDeadLetters(ctx)
+	}()
 	for _, l := range q.loops {
 		wg.Add(1)
 		go func() {
@@ -216,122 +233,3 @@ func (q *Queue) noteRedis(err error) {
 	}
 }
 
-func validateJob(job Job) error {
-	switch {
-	case job.Topic == "" || len(job.Topic) > MaxTopicBytes || !utf8.ValidString(job.Topic):
-		return fmt.Errorf("%w: topic must be 1 to %d bytes of UTF-8", ErrInvalidJob, MaxTopicBytes)
-	case job.ID == "" || len(job.ID) > MaxIDBytes || !utf8.ValidString(job.ID):
-		return fmt.Errorf("%w: id must be 1 to %d bytes of UTF-8", ErrInvalidJob, MaxIDBytes)
-	case job.Delay < 0 || job.Delay > MaxDelay:
-		return fmt.Errorf("%w: delay must be between 0 and %d seconds", ErrInvalidJob, int64(MaxDelay/time.Second))
-	case job.TTR < time.Second || job.TTR > MaxTTR:
-		return fmt.Errorf("%w: ttr must be between 1 and %d seconds", ErrInvalidJob, int64(MaxTTR/time.Second))
-	}
-	return nil
-}
-
-// Push stores a job, or replaces the job with the same id in whatever state
-// it is: its old schedule, lease and delivery count are dropped.
-func (q *Queue) Push(ctx context.Context, job Job) error {
-	if err := validateJob(job); err != nil {
-		return err
-	}
-	bucketNo := q.keys.bucketNumber(job.ID)
-	var reply []int64
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		reply, err = redis.Int64s(q.scripts.push.Do(c,
-			q.keys.job(job.ID), q.keys.bucket(bucketNo), q.keys.ready(job.Topic), q.keys.wake(job.Topic),
-			job.ID, job.Topic, job.Delay.Milliseconds(), int64(job.TTR/time.Second), job.Body,
-			bucketNo, q.keys.bucketPrefix, q.keys.bucketSuffix, wakeTokenCap))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("push %s: %w", job.ID, err)
-	}
-	if job.Delay > 0 && len(reply) >= 2 {
-		q.scanners[bucketNo-1].wakeBy(time.Now().Add(time.Duration(reply[0]-reply[1]) * time.Millisecond))
-	}
-	return nil
-}
-
-// Finish removes a job for good: no more deliveries. An unknown id is not
-// an error.
-func (q *Queue) Finish(ctx context.Context, id string) error {
-	return q.removeJob(ctx, "finish", q.scripts.finish, id)
-}
-
-// Delete removes a job in any state. An unknown id is not an error.
-func (q *Queue) Delete(ctx context.Context, id string) error {
-	return q.removeJob(ctx, "delete", q.scripts.remove, id)
-}
-
-func (q *Queue) removeJob(ctx context.Context, op string, script *redis.Script, id string) error {
-	if id == "" {
-		return fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
-	}
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		_, err := script.Do(c, q.keys.job(id), id, q.keys.bucketPrefix, q.keys.bucketSuffix)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, id, err)
-	}
-	return nil
-}
-
-// Get returns the stored view of a job, or nil when there is no such job.
-func (q *Queue) Get(ctx context.Context, id string) (*JobInfo, error) {
-	var fields map[string]string
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		fields, err = redis.StringMap(c.Do("HGETALL", q.keys.job(id)))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", id, err)
-	}
-	if len(fields) == 0 {
-		return nil, nil
-	}
-	info := &JobInfo{
-		ID:        id,
-		Topic:     fields["t"],
-		State:     fields["s"],
-		TTR:       time.Duration(atoi(fields["r"])) * time.Second,
-		Attempts:  int(atoi(fields["a"])),
-		DueAt:     time.UnixMilli(atoi(fields["d"])),
-		CreatedAt: time.UnixMilli(atoi(fields["c"])),
-		Body:      bodyFromFields(fields),
-	}
-	if l, ok := fields["l"]; ok {
-		info.LeaseUntil = time.UnixMilli(atoi(l))
-	}
-	return info, nil
-}
-
-// bodyFromFields reassembles a body stored by the scripts' write_body.
-func bodyFromFields(fields map[string]string) string {
-	n := atoi(fields["n"])
-	if n < 0 {
-		return fields["b"]
-	}
-	var body []byte
-	for i := int64(1); i <= n; i++ {
-		body = append(body, fields["b"+strconv.FormatInt(i, 10)]...)
-	}
-	return string(body)
-}
-
-func atoi(s string) int64 {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		// Numbers written by Lua may come back in float notation.
-		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil {
-			return 0
-		}
-		return int64(f)
-	}
-	return n
-}

@@ -87,7 +87,7 @@ func mustPush(t *testing.T, q *Queue, job Job) {
 	if job.TTR == 0 {
 		job.TTR = 30 * time.Second
 	}
-	if err := q.Push(context.Background(), job); err != nil {
+	if _, err := q.Push(context.Background(), job); err != nil {
 		t.Fatalf("push %s: %v", job.ID, err)
 	}
 }
@@ -482,7 +482,7 @@ func TestInvalidJobs(t *testing.T) {
 		{Topic: "t", ID: "x", TTR: time.Second, Delay: -time.Millisecond},
 		{Topic: "t", ID: string([]byte{0xff}), TTR: time.Second},
 	} {
-		if err := q.Push(context.Background(), job); !errors.Is(err, ErrInvalidJob) {
+		if _, err := q.Push(context.Background(), job); !errors.Is(err, ErrInvalidJob) {
 			t.Errorf("push %+v: err %v, want ErrInvalidJob", job, err)
 		}
 	}
@@ -493,7 +493,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	q := newTestQueue(t, srv.Addr)
 	mustPush(t, q, Job{Topic: "survive", ID: "s1", Delay: 300 * time.Millisecond})
 	srv.Stop()
-	err := q.Push(context.Background(), Job{Topic: "survive", ID: "s2", TTR: time.Second})
+	_, err := q.Push(context.Background(), Job{Topic: "survive", ID: "s2", TTR: time.Second})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("push with redis down: %v, want ErrUnavailable", err)
 	}

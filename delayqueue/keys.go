@@ -16,6 +16,13 @@ import (
 //	ready list:     queue_name % topic      LIST of ids, oldest first
 //	wake-up list:   <prefix>wake:<topic>    LIST of tokens that wake waiters
 //	dispatcher:     <prefix>ctl:<instance>:<n>  LIST that interrupts a blocked loop
+//	dead letters:   <prefix>dead:<topic>    ZSET id -> time of death, in ms
+//	counters:       <prefix>count:<topic>   HASH state -> number of jobs
+//	topics:         <prefix>topics          SET of topics holding jobs
+//	dropped:        <prefix>dead_dropped    HASH topic -> dead letters dropped
+//
+// The scripts build the same names from the prefixes and suffixes passed in
+// their ARGV header (scripts/lib.lua); the two must agree.
 type keySchema struct {
 	prefix                     string
 	bucketPrefix, bucketSuffix string
@@ -64,6 +71,14 @@ func (k keySchema) ready(topic string) string { return k.readyPrefix + topic + k
 func (k keySchema) wakePrefix() string { return k.prefix + "wake:" }
 
 func (k keySchema) wake(topic string) string { return k.wakePrefix() + topic }
+
+func (k keySchema) dead(topic string) string { return k.prefix + "dead:" + topic }
+
+func (k keySchema) count(topic string) string { return k.prefix + "count:" + topic }
+
+func (k keySchema) topics() string { return k.prefix + "topics" }
+
+func (k keySchema) deadDropped() string { return k.prefix + "dead_dropped" }
 
 func (k keySchema) control(instance string, loop int) string {
 	return k.prefix + "ctl:" + instance + ":" + strconv.Itoa(loop)

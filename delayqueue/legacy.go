@@ -187,7 +187,7 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic string, fromBucke
 	if topic == "" {
 		topic = job.Topic
 	}
-	if err := validateJob(Job{Topic: topic, ID: id, TTR: clampTTR(job.TTR)}); err != nil {
+	if err := ValidateJob(Job{Topic: topic, ID: id, TTR: clampTTR(job.TTR)}); err != nil {
 		q.log.Warn("import: invalid job of the original server; left as it is", "job_id", id, "err", err)
 		return false, nil
 	}
@@ -195,14 +195,8 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic string, fromBucke
 		fromBucket = q.keys.bucketNumber(id)
 	}
 	bucketNo := q.keys.bucketNumber(id)
-	var result int
-	err = q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		result, err = redis.Int(q.scripts.importLegacy.Do(c,
-			id, q.keys.job(id), q.keys.bucket(bucketNo), q.keys.bucket(fromBucket), q.keys.ready(topic), q.keys.wake(topic),
-			id, raw, topic, job.Delay*1000, int64(clampTTR(job.TTR).Seconds()), job.Body, bucketNo, mode, atMs, wakeTokenCap))
-		return err
-	})
+	result, err := redis.Int(q.eval(ctx, q.scripts.importLegacy, []string{id, q.keys.bucket(fromBucket)},
+		id, raw, topic, job.Delay*1000, int64(clampTTR(job.TTR).Seconds()), job.Body, bucketNo, mode, atMs))
 	if err != nil {
 		return false, fmt.Errorf("import %s: %w", id, err)
 	}

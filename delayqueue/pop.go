@@ -16,6 +16,7 @@ import (
 // a dispatch loop checks it out to claim a job on its behalf.
 type waiter struct {
 	topics []string
+	count  int // jobs wanted at most
 	result chan popResult // buffered; the dispatch loop sends exactly once per checkout that ends the wait
 	elems  map[string]*list.Element
 
@@ -25,8 +26,8 @@ type waiter struct {
 }
 
 type popResult struct {
-	delivery *Delivery
-	err      error
+	deliveries []*Delivery
+	err        error
 }
 
 // waiterRegistry holds this process' held Pops, first come first served per
@@ -162,10 +163,23 @@ func (r *waiterRegistry) topicsOf(i int) []string {
 	return topics
 }
 
+// MaxPopCount bounds the jobs one PopBatch claims.
+const MaxPopCount = 100
+
 // Pop hands out the first ready job of topics (the first topic in the list
 // wins), leased for its ttr, waiting up to hold for one. It returns nil
 // when the hold ends empty, when ctx ends, or when the queue stops waiting.
 func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*Delivery, error) {
+	ds, err := q.PopBatch(ctx, topics, 1, hold)
+	if len(ds) == 0 {
+		return nil, err
+	}
+	return ds[0], err
+}
+
+// PopBatch is Pop for up to count jobs: it waits for at least one, then
+// returns every job it could claim at once.
+func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*Delivery, error) {
 	if len(topics) == 0 || len(topics) > MaxPopTopics {
 		return nil, fmt.Errorf("pop: %w: between 1 and %d topics are needed", ErrInvalidJob, MaxPopTopics)
 	}
@@ -174,17 +188,20 @@ func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*
 			return nil, fmt.Errorf("pop: %w: topic must be 1 to %d bytes", ErrInvalidJob, MaxTopicBytes)
 		}
 	}
+	if count < 1 || count > MaxPopCount {
+		return nil, fmt.Errorf("pop: %w: count must be 1 to %d", ErrInvalidJob, MaxPopCount)
+	}
 	if hold > q.opts.BlockTimeout {
 		hold = q.opts.BlockTimeout
 	}
 	var lastErr error
 	if !q.waiters.anyWaiting(topics) {
-		d, err := q.claim(ctx, topics)
+		ds, err := q.claim(ctx, topics, count)
 		if err != nil && !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
-		if d != nil {
-			return d, nil
+		if len(ds) > 0 {
+			return ds, nil
 		}
 		lastErr = err
 	}
@@ -197,7 +214,7 @@ func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*
 		return nil, lastErr
 	}
 
-	w := &waiter{topics: topics, result: make(chan popResult, 1)}
+	w := &waiter{topics: topics, count: count, result: make(chan popResult, 1)}
 	q.wakeLoops(q.waiters.add(w, false))
 	timer := time.NewTimer(hold)
 	defer timer.Stop()
@@ -208,7 +225,7 @@ func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*
 	case <-ctx.Done():
 	case <-q.stopWaiting:
 	}
-	if res.delivery == nil && res.err == nil {
+	if len(res.deliveries) == 0 && res.err == nil {
 		if q.waiters.giveUp(w) {
 			if q.redisDown.Load() {
 				return nil, fmt.Errorf("pop: %w: redis did not answer during the hold", ErrUnavailable)
@@ -217,49 +234,39 @@ func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*
 		}
 		res = <-w.result
 	}
-	if res.delivery != nil && ctx.Err() != nil {
-		// The consumer is gone: give the job back now rather than after ttr.
-		q.unclaim(res.delivery)
+	if len(res.deliveries) > 0 && ctx.Err() != nil {
+		// The consumer is gone: give the jobs back now rather than after ttr.
+		for _, d := range res.deliveries {
+			q.unclaim(d)
+		}
 		return nil, ctx.Err()
 	}
-	return res.delivery, res.err
+	return res.deliveries, res.err
 }
 
 // claim runs the claim script once for topics.
-func (q *Queue) claim(ctx context.Context, topics []string) (*Delivery, error) {
-	n := len(topics)
-	args := make([]any, 0, 2*n+6+n)
-	args = append(args, 2*n)
-	for _, t := range topics {
-		args = append(args, q.keys.ready(t))
-	}
-	for _, t := range topics {
-		args = append(args, q.keys.wake(t))
-	}
-	args = append(args, n, q.keys.jobPrefix(), q.keys.bucketPrefix, q.keys.bucketSuffix, maxStaleSkips)
+func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Delivery, error) {
+	args := make([]any, 0, 2+len(topics))
+	args = append(args, count, maxStaleSkips)
 	for _, t := range topics {
 		args = append(args, t)
 	}
-	var reply []any
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		reply, err = redis.Values(q.scripts.claim.Do(c, args...))
-		return err
-	})
+	reply, err := redis.Values(q.eval(ctx, q.scripts.claim, nil, args...))
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	var (
-		id, topic, body string
-		ttr, attempts   int64
-	)
-	if _, err := redis.Scan(reply, &id, &topic, &ttr, &attempts, &body); err != nil {
-		return nil, fmt.Errorf("claim: reply: %w", err)
+	var ds []*Delivery
+	for rest := reply[2:]; len(rest) >= 5; rest = rest[5:] {
+		var (
+			id, topic, body string
+			ttr, attempts   int64
+		)
+		if _, err := redis.Scan(rest[:5], &id, &topic, &ttr, &attempts, &body); err != nil {
+			return ds, fmt.Errorf("claim: reply: %w", err)
+		}
+		ds = append(ds, &Delivery{ID: id, Topic: topic, Body: body, TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)})
 	}
-	if id == "" {
-		return nil, nil
-	}
-	return &Delivery{ID: id, Topic: topic, Body: body, TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)}, nil
+	return ds, nil
 }
 
 // unclaim gives back a delivery no consumer received. Failing that, the job
@@ -267,11 +274,7 @@ func (q *Queue) claim(ctx context.Context, topics []string) (*Delivery, error) {
 func (q *Queue) unclaim(d *Delivery) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		_, err := q.scripts.unclaim.Do(c, q.keys.job(d.ID), q.keys.ready(d.Topic), q.keys.wake(d.Topic),
-			d.ID, d.Attempts, q.keys.bucketPrefix, q.keys.bucketSuffix, wakeTokenCap)
-		return err
-	})
+	_, err := q.eval(ctx, q.scripts.unclaim, nil, d.ID, d.Attempts)
 	if err != nil {
 		q.log.Warn("could not give back an undelivered job; it is delivered again after its ttr",
 			"job_id", d.ID, "topic", d.Topic, "err", err)

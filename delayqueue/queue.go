@@ -14,6 +14,13 @@ const (
 	StateDelay    = "delay"
 	StateReady    = "ready"
 	StateReserved = "reserved"
+	StateDead     = "dead"
+)
+
+// Dead-letter reasons.
+const (
+	ReasonTTRExpired = "ttr-expired"
+	ReasonReleased   = "released"
 )
 
 // Limits the engine enforces (the HTTP layer checks them first, with
@@ -34,6 +41,15 @@ var (
 	ErrUnavailable = errors.New("redis unavailable")
 	// ErrClosed is returned once the queue is shutting down.
 	ErrClosed = errors.New("queue is shutting down")
+	// ErrNotFound reports an unknown job id where one is needed.
+	ErrNotFound = errors.New("job not found")
+	// ErrDead reports an operation refused because the job is dead-lettered.
+	ErrDead = errors.New("job is dead-lettered")
+	// ErrNotReserved reports a release or touch of a job nobody holds.
+	ErrNotReserved = errors.New("job is not reserved")
+	// ErrStaleDelivery reports a release or touch carrying an attempt number
+	// that is not the job's current delivery.
+	ErrStaleDelivery = errors.New("stale delivery")
 )
 
 // Job is what a producer pushes.
@@ -45,6 +61,13 @@ type Job struct {
 	// TTR is how long a delivery may last before the job is delivered again.
 	TTR  time.Duration
 	Body string
+	// Retry is the schedule of waits (seconds) before each redelivery.
+	Retry []int
+	// MaxAttempts limits deliveries; 0 is unlimited, or len(Retry)+1 with a
+	// schedule.
+	MaxAttempts int
+	// IfAbsent leaves an existing job with the same id alone.
+	IfAbsent bool
 }
 
 // Delivery is a job handed to a consumer by Pop.
@@ -67,5 +90,10 @@ type JobInfo struct {
 	Attempts  int
 	CreatedAt time.Time
 	// LeaseUntil is the end of the current delivery, for reserved jobs.
-	LeaseUntil time.Time
+	LeaseUntil  time.Time
+	Retry       []int
+	MaxAttempts int
+	// DeadReason and DeadAt are set for dead-lettered jobs.
+	DeadReason string
+	DeadAt     time.Time
 }

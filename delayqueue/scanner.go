@@ -50,13 +50,7 @@ type moveResult struct {
 }
 
 func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
-	var r []int64
-	err := s.q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		r, err = redis.Int64s(s.q.scripts.moveDue.Do(c, s.key, s.q.opts.MoveBatch, s.q.keys.jobPrefix(),
-			s.q.keys.readyPrefix, s.q.keys.readySuffix, s.q.keys.wakePrefix(), "", wakeTokenCap))
-		return err
-	})
+	r, err := redis.Int64s(s.q.eval(ctx, s.q.scripts.moveDue, []string{s.key}, s.q.opts.MoveBatch))
 	if err != nil {
 		return moveResult{}, err
 	}

@@ -1,6 +1,7 @@
 package delayqueue
 
 import (
+	"context"
 	"embed"
 	"fmt"
 
@@ -10,11 +11,13 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// scripts holds every state change of the engine, one Lua script each.
-// Each is sent with EVALSHA, falling back to EVAL when Redis lost its script
-// cache (a restart, SCRIPT FLUSH).
+// scripts holds every state change of the engine, one Lua script each, all
+// sharing the state machine of scripts/lib.lua. Each is sent with EVALSHA,
+// falling back to EVAL when Redis lost its script cache (a restart, SCRIPT
+// FLUSH).
 type scripts struct {
-	push, claim, moveDue, finish, remove, unclaim, importLegacy *redis.Script
+	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
+	kick, deadDelete, deadSweep, importLegacy                    *redis.Script
 }
 
 func loadScripts() (scripts, error) {
@@ -22,40 +25,64 @@ func loadScripts() (scripts, error) {
 	if err != nil {
 		return scripts{}, fmt.Errorf("read scripts/lib.lua: %w", err)
 	}
-	load := func(name string, keyCount int) (*redis.Script, error) {
-		src, err := scriptFiles.ReadFile("scripts/" + name)
-		if err != nil {
-			return nil, fmt.Errorf("read scripts/%s: %w", name, err)
-		}
-		return redis.NewScript(keyCount, string(lib)+"\n"+string(src)), nil
-	}
 	var s scripts
 	for _, e := range []struct {
 		dst      **redis.Script
 		name     string
 		keyCount int
 	}{
-		{&s.push, "push.lua", 4},
-		{&s.claim, "claim.lua", -1},
+		{&s.push, "push.lua", 0},
+		{&s.claim, "claim.lua", 0},
 		{&s.moveDue, "movedue.lua", 1},
-		{&s.finish, "finish.lua", 1},
-		{&s.remove, "delete.lua", 1},
-		{&s.unclaim, "unclaim.lua", 3},
-		{&s.importLegacy, "import.lua", 6},
+		{&s.finish, "finish.lua", 0},
+		{&s.remove, "delete.lua", 0},
+		{&s.unclaim, "unclaim.lua", 0},
+		{&s.release, "release.lua", 0},
+		{&s.touch, "touch.lua", 0},
+		{&s.kick, "kick.lua", 0},
+		{&s.deadDelete, "deaddelete.lua", 0},
+		{&s.deadSweep, "deadsweep.lua", 0},
+		{&s.importLegacy, "import.lua", 2},
 	} {
-		if *e.dst, err = load(e.name, e.keyCount); err != nil {
-			return scripts{}, err
+		src, err := scriptFiles.ReadFile("scripts/" + e.name)
+		if err != nil {
+			return scripts{}, fmt.Errorf("read scripts/%s: %w", e.name, err)
 		}
+		*e.dst = redis.NewScript(e.keyCount, string(lib)+"\n"+string(src))
 	}
 	return s, nil
 }
 
+func (s scripts) all() []*redis.Script {
+	return []*redis.Script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.release, s.touch,
+		s.kick, s.deadDelete, s.deadSweep, s.importLegacy}
+}
+
 // loadAll sends every script to Redis, so the first calls need no EVAL.
 func (s scripts) loadAll(c redis.Conn) error {
-	for _, sc := range []*redis.Script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.importLegacy} {
+	for _, sc := range s.all() {
 		if err := sc.Load(c); err != nil {
 			return fmt.Errorf("load script: %w", err)
 		}
 	}
 	return nil
+}
+
+// eval runs script with keys, the ARGV header every script expects (see
+// scripts/lib.lua) and args.
+func (q *Queue) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	all := make([]any, 0, len(keys)+8+len(args))
+	for _, k := range keys {
+		all = append(all, k)
+	}
+	all = append(all, q.keys.prefix, q.keys.bucketPrefix, q.keys.bucketSuffix, q.keys.readyPrefix, q.keys.readySuffix,
+		wakeTokenCap, q.opts.DeadMaxPerTopic, q.opts.DeadTTL.Milliseconds())
+	all = append(all, args...)
+	var reply any
+	err := q.withConn(ctx, func(c redis.Conn) error {
+		var err error
+		reply, err = script.Do(c, all...)
+		return err
+	})
+	return reply, err
 }

@@ -1,15 +1,17 @@
--- delete.lua: remove a job in any state.
--- KEYS[1] job hash.
--- ARGV[1] id, ARGV[2]/ARGV[3] bucket key prefix and suffix.
--- Reply: 1 if the job existed, 0 otherwise. A ready-list entry left behind is
--- dropped by claim, which finds no job for it.
-local job = KEYS[1]
-local f = redis.call('HMGET', job, 's', 'k')
-if not f[1] then
-  return 0
+-- delete.lua: remove jobs in any state, dead letters included.
+-- KEYS: none (built from the ARGV header, see lib.lua).
+-- ARGV[ARG..] ids.
+-- Reply: per id, 1 deleted, 0 unknown.
+local reply = {}
+for i = ARG, #ARGV do
+  local id = ARGV[i]
+  local job = job_key(id)
+  local f = redis.call('HMGET', job, 's', 't', 'k')
+  if f[1] then
+    remove_job(id, job, f[2], f[1], f[3])
+    reply[#reply + 1] = 1
+  else
+    reply[#reply + 1] = 0
+  end
 end
-if f[1] ~= 'ready' then
-  redis.call('ZREM', ARGV[2] .. f[2] .. ARGV[3], ARGV[1])
-end
-redis.call('DEL', job)
-return 1
+return reply

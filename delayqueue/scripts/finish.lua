@@ -1,15 +1,21 @@
--- finish.lua: a consumer is done with a job: remove every trace of it.
--- KEYS[1] job hash.
--- ARGV[1] id, ARGV[2]/ARGV[3] bucket key prefix and suffix.
--- Reply: 1 if the job existed, 0 otherwise. A ready-list entry left behind is
--- dropped by claim, which finds no job for it.
-local job = KEYS[1]
-local f = redis.call('HMGET', job, 's', 'k')
-if not f[1] then
-  return 0
+-- finish.lua: consumers are done with jobs: remove every trace of them. A
+-- dead-lettered job is refused: it left the delivery cycle, and only
+-- delete or a kick changes it.
+-- KEYS: none (built from the ARGV header, see lib.lua).
+-- ARGV[ARG..] ids.
+-- Reply: per id, 1 finished, 0 unknown, -1 dead-lettered (left alone).
+local reply = {}
+for i = ARG, #ARGV do
+  local id = ARGV[i]
+  local job = job_key(id)
+  local f = redis.call('HMGET', job, 's', 't', 'k')
+  if not f[1] then
+    reply[#reply + 1] = 0
+  elseif f[1] == 'dead' then
+    reply[#reply + 1] = -1
+  else
+    remove_job(id, job, f[2], f[1], f[3])
+    reply[#reply + 1] = 1
+  end
 end
-if f[1] == 'delay' or f[1] == 'reserved' then
-  redis.call('ZREM', ARGV[2] .. f[2] .. ARGV[3], ARGV[1])
-end
-redis.call('DEL', job)
-return 1
+return reply

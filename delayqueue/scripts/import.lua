@@ -1,36 +1,36 @@
 -- import.lua: convert one job the original ouqiang/delay-queue server left in
 -- Redis (a raw-id key holding msgpack, decoded by the server) into the new
 -- layout, atomically.
--- KEYS[1] the original's raw job key, KEYS[2] the new job hash, KEYS[3] the
--- job's new bucket, KEYS[4] the original bucket holding it (mode "bucket"),
--- KEYS[5] the topic's ready list, KEYS[6] its wake-up list.
--- ARGV[1] id, ARGV[2] the raw value the server decoded, ARGV[3] topic,
--- ARGV[4] first due ms (for Get), ARGV[5] ttr s, ARGV[6] body, ARGV[7] bucket
--- number, ARGV[8] mode: "bucket" (scheduled at ARGV[9] ms) or "ready" (its id
--- already sits in the ready list KEYS[5]), ARGV[9] scheduled ms,
--- ARGV[10] wake-up token cap.
+-- KEYS[1] the original's raw job key, KEYS[2] the original bucket holding it
+-- (mode "bucket").
+-- ARGV[ARG] id, ARGV[ARG+1] the raw value the server decoded, ARGV[ARG+2]
+-- topic, ARGV[ARG+3] first due ms (for Get), ARGV[ARG+4] ttr s,
+-- ARGV[ARG+5] body, ARGV[ARG+6] bucket number, ARGV[ARG+7] mode: "bucket"
+-- (scheduled at ARGV[ARG+8] ms) or "ready" (its id already sits in the
+-- topic's ready list).
 -- Reply: 1 imported, 0 already in the new layout, -1 the raw value changed.
-local raw, job = KEYS[1], KEYS[2]
-local id = ARGV[1]
+local raw, old_bucket = KEYS[1], KEYS[2]
+local id, topic = ARGV[ARG], ARGV[ARG + 2]
+local job = job_key(id)
 if redis.call('EXISTS', job) == 1 then
   return 0
 end
-if redis.call('GET', raw) ~= ARGV[2] then
+if redis.call('GET', raw) ~= ARGV[ARG + 1] then
   return -1
 end
-local now = math.floor(now_us() / 1000)
 local state = 'delay'
-if ARGV[8] == 'ready' then
+if ARGV[ARG + 7] == 'ready' then
   state = 'ready'
 end
-redis.call('HSET', job, 't', ARGV[3], 's', state, 'd', ARGV[4], 'r', ARGV[5],
-  'a', '0', 'c', int(now), 'k', ARGV[7])
-write_body(job, ARGV[6])
+redis.call('HSET', job, 't', topic, 'd', ARGV[ARG + 3], 'r', ARGV[ARG + 4],
+  'a', '0', 'c', int(now_ms()), 'k', ARGV[ARG + 6])
+write_body(job, ARGV[ARG + 5])
+set_state(job, topic, nil, state)
 if state == 'delay' then
-  redis.call('ZREM', KEYS[4], id)
-  redis.call('ZADD', KEYS[3], ARGV[9], id)
+  redis.call('ZREM', old_bucket, id)
+  redis.call('ZADD', bucket_key(ARGV[ARG + 6]), ARGV[ARG + 8], id)
 else
-  signal(KEYS[6], 1, tonumber(ARGV[10]))
+  signal(topic, 1)
 end
 redis.call('DEL', raw)
 return 1

@@ -1,10 +1,41 @@
--- lib.lua: helpers prepended to every script (see scripts.go). Kept free of
--- side effects: it only defines local functions.
+-- lib.lua: the state machine shared by every script; prepended to each of
+-- them (see scripts.go). It only defines locals.
+--
+-- Every script receives the same ARGV header, ARGV[1..8]; its own arguments
+-- start at ARGV[ARG]:
+--   1 key prefix (job hashes, wake-up lists, counters, dead letters)
+--   2/3 bucket key prefix/suffix (around the bucket number)
+--   4/5 ready list key prefix/suffix (around the topic)
+--   6 wake-up token cap per topic
+--   7 dead letters kept per topic, 8 dead letters' time to live in ms
+-- Keys a script only learns inside Lua (a due job's topic, its bucket) are
+-- built from this header, never from literals.
+--
+-- Job hash fields: t topic, s state (delay|ready|reserved|dead), d due
+-- ms (the next due time once rescheduled), r ttr s, a attempts, c created ms, k bucket number, l lease end ms,
+-- rt retry schedule (comma-separated seconds), m max attempts (0 unlimited),
+-- dr/dt dead reason and time, n/b1..bn body chunks (see write_body).
+local P, BP, BS, RP, RS = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local WAKE_CAP, DEAD_MAX, DEAD_TTL = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local ARG = 9
+
+local function job_key(id) return P .. 'job:' .. id end
+local function bucket_key(k) return BP .. k .. BS end
+local function ready_key(topic) return RP .. topic .. RS end
+local function wake_key(topic) return P .. 'wake:' .. topic end
+local function dead_key(topic) return P .. 'dead:' .. topic end
+local function count_key(topic) return P .. 'count:' .. topic end
+local TOPICS = P .. 'topics'
+local DEAD_DROPPED = P .. 'dead_dropped'
 
 -- now_us reads the one clock every instance shares: Redis TIME.
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
 end
 
 -- int renders a number as a decimal integer string (Redis' Lua and
@@ -13,18 +44,43 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- body_chunk is the largest chunk of a body stored in one hash field. Values
+-- count moves the per-topic state counters that /stats reads, and keeps the
+-- set of topics that hold jobs.
+local function count(topic, state, delta)
+  local key = count_key(topic)
+  local v = redis.call('HINCRBY', key, state, delta)
+  if delta > 0 then
+    redis.call('SADD', TOPICS, topic)
+  elseif v <= 0 then
+    local vals = redis.call('HVALS', key)
+    local sum = 0
+    for _, x in ipairs(vals) do
+      sum = sum + tonumber(x)
+    end
+    if sum <= 0 then
+      redis.call('DEL', key)
+      redis.call('SREM', TOPICS, topic)
+    end
+  end
+end
+
+local function set_state(job, topic, from, to)
+  redis.call('HSET', job, 's', to)
+  if from then
+    count(topic, from, -1)
+  end
+  count(topic, to, 1)
+end
+
+-- body_chunk is the largest chunk of a body stored in one hash field: values
 -- up to hash-max-listpack-value (64 by default) keep the hash compact.
 local body_chunk = 64
--- body_max_chunks bounds chunking: beyond it the hash is not compact anyway,
--- so the body is stored whole in field "b".
+-- Beyond body_max_chunks the hash is not compact anyway: the body is stored
+-- whole in field b.
 local body_max_chunks = 100
 
--- write_body stores body into the job hash: chunks b1..bn with n = count, or
--- the whole body in b with n = -1.
 local function write_body(job, body)
-  local len = string.len(body)
-  local n = math.ceil(len / body_chunk)
+  local n = math.ceil(string.len(body) / body_chunk)
   if n > body_max_chunks then
     redis.call('HSET', job, 'n', '-1', 'b', body)
     return
@@ -37,7 +93,6 @@ local function write_body(job, body)
   redis.call('HSET', job, unpack(args))
 end
 
--- read_body reassembles what write_body stored.
 local function read_body(job, n)
   n = tonumber(n) or 0
   if n < 0 then
@@ -52,30 +107,139 @@ local function read_body(job, n)
   end
   local parts = redis.call('HMGET', job, unpack(fields))
   for i = 1, n do
-    if not parts[i] then
-      parts[i] = ''
-    end
+    parts[i] = parts[i] or ''
   end
   return table.concat(parts)
 end
 
--- signal leaves a wake-up token for a topic's waiters: count tokens, without
--- letting the token list grow past cap.
-local function signal(wake, count, cap)
-  local room = cap - redis.call('LLEN', wake)
-  if count > room then
-    count = room
+-- signal leaves up to n wake-up tokens for a topic's held pops.
+local function signal(topic, n)
+  local wake = wake_key(topic)
+  local room = WAKE_CAP - redis.call('LLEN', wake)
+  if n > room then
+    n = room
   end
-  while count > 0 do
-    local n = count
-    if n > 200 then
-      n = 200
-    end
+  while n > 0 do
+    local batch = math.min(n, 200)
     local tokens = {}
-    for i = 1, n do
+    for i = 1, batch do
       tokens[i] = '1'
     end
     redis.call('RPUSH', wake, unpack(tokens))
-    count = count - n
+    n = n - batch
   end
+end
+
+-- make_ready appends a job to its topic's ready list. Callers set the state.
+local function make_ready(id, topic, at_head)
+  if at_head then
+    redis.call('LPUSH', ready_key(topic), id)
+  else
+    redis.call('RPUSH', ready_key(topic), id)
+  end
+  signal(topic, 1)
+end
+
+-- drop_dead removes dead letters for good (over the cap or past their ttl).
+local function drop_dead(topic, ids)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', dead_key(topic), id)
+    if redis.call('DEL', job_key(id)) == 1 then
+      count(topic, 'dead', -1)
+      redis.call('HINCRBY', DEAD_DROPPED, topic, 1)
+    end
+  end
+end
+
+-- trim_dead enforces the dead letters' cap and time to live for a topic.
+local function trim_dead(topic, now)
+  local dead = dead_key(topic)
+  local expired = redis.call('ZRANGEBYSCORE', dead, '-inf', int(now - DEAD_TTL), 'LIMIT', 0, 100)
+  drop_dead(topic, expired)
+  local over = redis.call('ZCARD', dead) - DEAD_MAX
+  if over > 0 then
+    drop_dead(topic, redis.call('ZRANGE', dead, 0, over - 1))
+  end
+end
+
+-- bury moves a job to its topic's dead letters.
+local function bury(id, job, topic, from, reason, now)
+  set_state(job, topic, from, 'dead')
+  redis.call('HSET', job, 'dr', reason, 'dt', int(now))
+  redis.call('HDEL', job, 'l')
+  redis.call('ZADD', dead_key(topic), int(now), id)
+  trim_dead(topic, now)
+end
+
+-- retry_interval_ms is the wait after delivery n failed: retry[min(n, len)]
+-- of the schedule, 0 without one.
+local function retry_interval_ms(schedule, n)
+  if not schedule or schedule == '' then
+    return 0
+  end
+  local list = {}
+  for v in string.gmatch(schedule, '[^,]+') do
+    list[#list + 1] = tonumber(v)
+  end
+  if n > #list then
+    n = #list
+  end
+  if n < 1 then
+    n = 1
+  end
+  return list[n] * 1000
+end
+
+-- max_attempts is the job's limit on deliveries; 0 is unlimited. With a
+-- schedule and no explicit limit, the job gets one more than its retries.
+local function max_attempts(m, schedule)
+  m = tonumber(m) or 0
+  if m > 0 then
+    return m
+  end
+  if schedule and schedule ~= '' then
+    local n = 1
+    for _ in string.gmatch(schedule, ',') do
+      n = n + 1
+    end
+    return n + 1
+  end
+  return 0
+end
+
+-- fail_delivery ends a reserved job's delivery as failed at end_ms: to the
+-- dead letters when its attempts are used up, else scheduled by its retry
+-- schedule (or override_ms) and ready at once when that time has come.
+-- The caller has removed the job's bucket entry. Returns the new state.
+local function fail_delivery(id, job, reason, end_ms, override_ms, now)
+  local f = redis.call('HMGET', job, 't', 'a', 'rt', 'm', 'k')
+  local topic, attempts = f[1], tonumber(f[2])
+  local limit = max_attempts(f[4], f[3])
+  redis.call('HDEL', job, 'l')
+  if limit > 0 and attempts >= limit then
+    bury(id, job, topic, 'reserved', reason, now)
+    return 'dead'
+  end
+  local due = end_ms + (override_ms or retry_interval_ms(f[3], attempts))
+  redis.call('HSET', job, 'd', int(math.max(due, now)))
+  if due <= now then
+    set_state(job, topic, 'reserved', 'ready')
+    make_ready(id, topic, false)
+    return 'ready'
+  end
+  set_state(job, topic, 'reserved', 'delay')
+  redis.call('ZADD', bucket_key(f[5]), int(due), id)
+  return 'delay'
+end
+
+-- remove_job deletes a job and every index entry of it. A ready-list entry
+-- left behind is dropped by claim, which finds no job for it.
+local function remove_job(id, job, topic, state, k)
+  if state == 'delay' or state == 'reserved' then
+    redis.call('ZREM', bucket_key(k), id)
+  elseif state == 'dead' then
+    redis.call('ZREM', dead_key(topic), id)
+  end
+  redis.call('DEL', job)
+  count(topic, state, -1)
 end

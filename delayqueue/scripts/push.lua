@@ -1,46 +1,56 @@
--- push.lua: create a job, or replace the job with the same id in whatever
--- state it is (delay, ready or reserved), atomically.
--- KEYS[1] job hash, KEYS[2] the job's bucket, KEYS[3] the topic's ready list,
--- KEYS[4] the topic's wake-up list.
--- ARGV[1] id, ARGV[2] topic, ARGV[3] delay in ms, ARGV[4] ttr in s,
--- ARGV[5] body, ARGV[6] bucket number, ARGV[7]/ARGV[8] bucket key prefix and
--- suffix (to find a previous bucket), ARGV[9] wake-up token cap.
--- Reply: {due ms, now ms, replaced (0/1)}.
--- A replaced job keeps no stale copy: its old bucket entry is removed, and an
--- old ready-list entry is skipped by claim because it checks the state and the
--- topic of the job it pops.
-local job, bucket, ready, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local id, topic = ARGV[1], ARGV[2]
-local delay_ms, ttr = tonumber(ARGV[3]), ARGV[4]
-local bucket_no = ARGV[6]
-
+-- push.lua: create jobs, or replace the job with the same id in whatever
+-- state it is (delay, ready, reserved or dead), atomically for the batch.
+-- KEYS: none (built from the ARGV header, see lib.lua).
+-- ARGV[ARG] job count n, then 9 values per job: id, topic, delay ms, ttr s,
+-- body, bucket number, retry schedule (comma-separated seconds or ''),
+-- max attempts, if_absent (1 = leave an existing job alone).
+-- Reply: {now ms, then per job: due ms, status} with status 0 created,
+-- 1 replaced, 2 left alone because it existed (if_absent).
+-- A replaced job leaves no stale copy: its bucket or dead-letter entry is
+-- removed, and an old ready-list entry is skipped by claim, which checks the
+-- state and topic of the job it pops.
+local n = tonumber(ARGV[ARG])
 local us = now_us()
 local now = math.floor(us / 1000)
-local due = math.ceil(us / 1000) + delay_ms
-
-local old = redis.call('HMGET', job, 's', 'k')
-local replaced = 0
-if old[1] then
-  replaced = 1
-  if old[2] and old[2] ~= bucket_no then
-    redis.call('ZREM', ARGV[7] .. old[2] .. ARGV[8], id)
+local reply = {now}
+for j = 0, n - 1 do
+  local base = ARG + 1 + j * 9
+  local id, topic = ARGV[base], ARGV[base + 1]
+  local delay_ms = tonumber(ARGV[base + 2])
+  local bucket_no = ARGV[base + 5]
+  local job = job_key(id)
+  local due = math.ceil(us / 1000) + delay_ms
+  local old = redis.call('HMGET', job, 's', 't', 'k', 'd')
+  local status = 0
+  if old[1] and ARGV[base + 8] == '1' then
+    status = 2
+    due = tonumber(old[4])
+  else
+    if old[1] then
+      status = 1
+      remove_job(id, job, old[2], old[1], old[3])
+    end
+    local state = 'delay'
+    if delay_ms == 0 then
+      state = 'ready'
+    end
+    redis.call('HSET', job, 't', topic, 'd', int(due), 'r', ARGV[base + 3],
+      'a', '0', 'c', int(now), 'k', bucket_no)
+    if ARGV[base + 6] ~= '' then
+      redis.call('HSET', job, 'rt', ARGV[base + 6])
+    end
+    if ARGV[base + 7] ~= '0' then
+      redis.call('HSET', job, 'm', ARGV[base + 7])
+    end
+    write_body(job, ARGV[base + 4])
+    set_state(job, topic, nil, state)
+    if state == 'ready' then
+      make_ready(id, topic, false)
+    else
+      redis.call('ZADD', bucket_key(bucket_no), int(due), id)
+    end
   end
-  redis.call('DEL', job)
+  reply[#reply + 1] = due
+  reply[#reply + 1] = status
 end
-
-local state = 'delay'
-if delay_ms == 0 then
-  state = 'ready'
-end
-redis.call('HSET', job, 't', topic, 's', state, 'd', int(due), 'r', ttr,
-  'a', '0', 'c', int(now), 'k', bucket_no)
-write_body(job, ARGV[5])
-
-if state == 'ready' then
-  redis.call('ZREM', bucket, id)
-  redis.call('RPUSH', ready, id)
-  signal(wake, 1, tonumber(ARGV[9]))
-else
-  redis.call('ZADD', bucket, int(due), id)
-end
-return {due, now, replaced}
+return reply

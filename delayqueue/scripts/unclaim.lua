@@ -1,19 +1,18 @@
 -- unclaim.lua: give back a delivery that could not be handed to a live
--- consumer (it left while the job was being claimed for it): the job is
--- ready again at once, at the head of its list, and the delivery is not
--- counted.
--- KEYS[1] job hash, KEYS[2] the topic's ready list, KEYS[3] its wake-up list.
--- ARGV[1] id, ARGV[2] the attempts value of that delivery,
--- ARGV[3]/ARGV[4] bucket key prefix and suffix, ARGV[5] wake-up token cap.
--- Reply: 1 if given back, 0 if the job had moved on (finished, re-pushed...).
-local job = KEYS[1]
-local f = redis.call('HMGET', job, 's', 'a', 'k')
-if f[1] ~= 'reserved' or f[2] ~= ARGV[2] then
+-- consumer (it left while the job was claimed for it): the job is ready
+-- again at once, at the head of its list, and the delivery is not counted.
+-- KEYS: none (built from the ARGV header, see lib.lua).
+-- ARGV[ARG] id, ARGV[ARG+1] the attempts value of that delivery.
+-- Reply: 1 given back, 0 the job had moved on (finished, re-pushed...).
+local id = ARGV[ARG]
+local job = job_key(id)
+local f = redis.call('HMGET', job, 's', 'a', 'k', 't')
+if f[1] ~= 'reserved' or f[2] ~= ARGV[ARG + 1] then
   return 0
 end
-redis.call('ZREM', ARGV[3] .. f[3] .. ARGV[4], ARGV[1])
-redis.call('HSET', job, 's', 'ready', 'a', int(tonumber(f[2]) - 1))
+redis.call('ZREM', bucket_key(f[3]), id)
+set_state(job, f[4], 'reserved', 'ready')
+redis.call('HSET', job, 'a', int(tonumber(f[2]) - 1))
 redis.call('HDEL', job, 'l')
-redis.call('LPUSH', KEYS[2], ARGV[1])
-signal(KEYS[3], 1, tonumber(ARGV[5]))
+make_ready(id, f[4], true)
 return 1

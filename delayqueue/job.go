@@ -1,0 +1,199 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// MaxIDsPerCall bounds the ids of one Finish or Delete call.
+const MaxIDsPerCall = 1000
+
+// Finish removes a job for good: no more deliveries. An unknown id is not
+// an error; a dead-lettered job gives ErrDead.
+func (q *Queue) Finish(ctx context.Context, id string) error {
+	dead, err := q.FinishBatch(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	if len(dead) > 0 {
+		return fmt.Errorf("finish %s: %w", id, ErrDead)
+	}
+	return nil
+}
+
+// FinishBatch finishes every id it can and returns the ids it left alone
+// because they are dead-lettered.
+func (q *Queue) FinishBatch(ctx context.Context, ids []string) (dead []string, err error) {
+	reply, err := q.removeJobs(ctx, "finish", q.scripts.finish, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range reply {
+		if r < 0 {
+			dead = append(dead, ids[i])
+		}
+	}
+	return dead, nil
+}
+
+// Delete removes a job in any state, dead letters included. An unknown id
+// is not an error.
+func (q *Queue) Delete(ctx context.Context, id string) error {
+	_, err := q.removeJobs(ctx, "delete", q.scripts.remove, []string{id})
+	return err
+}
+
+// DeleteBatch deletes ids and returns how many existed.
+func (q *Queue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
+	reply, err := q.removeJobs(ctx, "delete", q.scripts.remove, ids)
+	n := 0
+	for _, r := range reply {
+		n += int(r)
+	}
+	return n, err
+}
+
+func (q *Queue) removeJobs(ctx context.Context, op string, script *redis.Script, ids []string) ([]int64, error) {
+	if len(ids) == 0 || len(ids) > MaxIDsPerCall {
+		return nil, fmt.Errorf("%s: %w: 1 to %d ids are needed", op, ErrInvalidJob, MaxIDsPerCall)
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		if id == "" {
+			return nil, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
+		}
+		args[i] = id
+	}
+	reply, err := redis.Int64s(q.eval(ctx, script, nil, args...))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
+	}
+	return reply, nil
+}
+
+// Release gives a reserved job back: that delivery ends as failed now, and
+// the job follows its retry schedule (delay, when not nil, replaces the
+// schedule's next wait) or goes to the dead letters when its attempts are
+// used up. attempt, when not 0, must be the job's current delivery. It
+// returns the job's new state and due time.
+func (q *Queue) Release(ctx context.Context, id string, delay *time.Duration, attempt int) (string, time.Time, error) {
+	override := int64(-1)
+	if delay != nil {
+		if *delay < 0 || *delay > MaxDelay {
+			return "", time.Time{}, fmt.Errorf("release: %w: delay must be between 0 and %d seconds", ErrInvalidJob, int64(MaxDelay/time.Second))
+		}
+		override = delay.Milliseconds()
+	}
+	return q.leaseChange(ctx, "release", q.scripts.release, id, override, attempt)
+}
+
+// Touch extends a reserved job's lease to now + ttr and returns its end.
+func (q *Queue) Touch(ctx context.Context, id string, attempt int) (time.Time, error) {
+	_, until, err := q.leaseChange(ctx, "touch", q.scripts.touch, id, attempt)
+	return until, err
+}
+
+func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script, id string, args ...any) (string, time.Time, error) {
+	if id == "" {
+		return "", time.Time{}, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
+	}
+	reply, err := redis.Values(q.eval(ctx, script, nil, append([]any{id}, args...)...))
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	var (
+		status int
+		state  string
+		at     int64
+	)
+	if _, err := redis.Scan(reply, &status, &state, &at); err != nil {
+		return "", time.Time{}, fmt.Errorf("%s %s: reply: %w", op, id, err)
+	}
+	switch status {
+	case 0:
+		return "", time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrNotFound)
+	case -1:
+		if state == StateDead {
+			return state, time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrDead)
+		}
+		return state, time.Time{}, fmt.Errorf("%s %s: %w (it is %s)", op, id, ErrNotReserved, state)
+	case -2:
+		return state, time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrStaleDelivery)
+	}
+	return state, time.UnixMilli(at), nil
+}
+
+// Get returns the stored view of a job, or nil when there is no such job.
+func (q *Queue) Get(ctx context.Context, id string) (*JobInfo, error) {
+	var fields map[string]string
+	err := q.withConn(ctx, func(c redis.Conn) error {
+		var err error
+		fields, err = redis.StringMap(c.Do("HGETALL", q.keys.job(id)))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	return jobInfoFromFields(id, fields), nil
+}
+
+func jobInfoFromFields(id string, fields map[string]string) *JobInfo {
+	info := &JobInfo{
+		ID:          id,
+		Topic:       fields["t"],
+		State:       fields["s"],
+		TTR:         time.Duration(atoi(fields["r"])) * time.Second,
+		Attempts:    int(atoi(fields["a"])),
+		DueAt:       time.UnixMilli(atoi(fields["d"])),
+		CreatedAt:   time.UnixMilli(atoi(fields["c"])),
+		Body:        bodyFromFields(fields),
+		MaxAttempts: int(atoi(fields["m"])),
+		DeadReason:  fields["dr"],
+	}
+	if l, ok := fields["l"]; ok {
+		info.LeaseUntil = time.UnixMilli(atoi(l))
+	}
+	if dt, ok := fields["dt"]; ok {
+		info.DeadAt = time.UnixMilli(atoi(dt))
+	}
+	if rt := fields["rt"]; rt != "" {
+		for _, p := range strings.Split(rt, ",") {
+			info.Retry = append(info.Retry, int(atoi(p)))
+		}
+	}
+	return info
+}
+
+// bodyFromFields reassembles a body stored by the scripts' write_body.
+func bodyFromFields(fields map[string]string) string {
+	n := atoi(fields["n"])
+	if n < 0 {
+		return fields["b"]
+	}
+	var body []byte
+	for i := int64(1); i <= n; i++ {
+		body = append(body, fields["b"+strconv.FormatInt(i, 10)]...)
+	}
+	return string(body)
+}
+
+func atoi(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		// Numbers written by Lua may come back in float notation.
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil {
+			return 0
+		}
+		return int64(f)
+	}
+	return n
+}

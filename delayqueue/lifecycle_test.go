@@ -1,0 +1,250 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+// TestNotificationSchedule runs the seed's Alipay-style schedule on a fake
+// clock: deliveries at 0, 2m, 10m, 10m, 1h, 2h, 6h and 15h after each failed
+// delivery ends, then the dead letters.
+func TestNotificationSchedule(t *testing.T) {
+	m := redistest.Mini(t)
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(clock)
+	q := newTestQueue(t, m.Addr(), func(o *Options) { o.ScanInterval = 5 * time.Millisecond })
+	ctx := context.Background()
+	retry := []int{120, 600, 600, 3600, 7200, 21600, 54000}
+	const ttr = 30 * time.Second
+	if _, err := q.Push(ctx, Job{Topic: "notify", ID: "pay-1", TTR: ttr, Retry: retry, Body: "paid"}); err != nil {
+		t.Fatal(err)
+	}
+	// Delivery n starts when the previous lease ended plus retry[n-2].
+	want := []time.Time{clock}
+	for _, r := range retry {
+		want = append(want, want[len(want)-1].Add(ttr).Add(time.Duration(r)*time.Second))
+	}
+	for n, at := range want {
+		if n > 0 {
+			m.SetTime(at.Add(-time.Millisecond))
+			scanAll(t, q)
+			if d, _ := q.Pop(ctx, []string{"notify"}, 0); d != nil {
+				t.Fatalf("delivery %d came before %v", n+1, at)
+			}
+		}
+		m.SetTime(at)
+		var d *Delivery
+		waitFor(t, 5*time.Second, fmt.Sprintf("delivery %d at %v", n+1, at), func() bool {
+			d, _ = q.Pop(ctx, []string{"notify"}, 0)
+			return d != nil
+		})
+		if d.Attempts != n+1 || d.Body != "paid" {
+			t.Fatalf("delivery %d = %+v", n+1, d)
+		}
+		// Never finished: the lease runs out.
+		m.SetTime(at.Add(ttr))
+	}
+	var info *JobInfo
+	waitFor(t, 5*time.Second, "dead-lettered after the 8th delivery", func() bool {
+		info, _ = q.Get(ctx, "pay-1")
+		return info != nil && info.State == StateDead
+	})
+	if info.Attempts != 8 || info.DeadReason != ReasonTTRExpired || !info.DeadAt.Equal(want[7].Add(ttr)) {
+		t.Fatalf("dead letter = %+v", info)
+	}
+	if err := q.Finish(ctx, "pay-1"); !errors.Is(err, ErrDead) {
+		t.Fatalf("finish of a dead job: %v, want ErrDead", err)
+	}
+	jobs, total, err := q.DeadList(ctx, "notify", 0, 10)
+	if err != nil || total != 1 || len(jobs) != 1 || jobs[0].ID != "pay-1" {
+		t.Fatalf("dead list = %+v %d %v", jobs, total, err)
+	}
+	stats, _ := q.Stats(ctx, "notify")
+	if stats["notify"] != (TopicStats{Dead: 1}) {
+		t.Fatalf("stats = %+v", stats)
+	}
+	kicked, err := q.DeadKick(ctx, "notify", "pay-1", 0)
+	if err != nil || len(kicked) != 1 {
+		t.Fatalf("kick = %v, %v", kicked, err)
+	}
+	d, _ := q.Pop(ctx, []string{"notify"}, time.Second)
+	if d == nil || d.Attempts != 1 {
+		t.Fatalf("pop after kick = %+v", d)
+	}
+	if err := q.Finish(ctx, "pay-1"); err != nil {
+		t.Fatal(err)
+	}
+	if topics, _ := q.Topics(ctx); len(topics) != 0 {
+		t.Fatalf("topics after finishing everything = %v", topics)
+	}
+}
+
+func TestMaxAttemptsLongerThanSchedule(t *testing.T) {
+	m := redistest.Mini(t)
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(clock)
+	q := newTestQueue(t, m.Addr(), func(o *Options) { o.ScanInterval = 5 * time.Millisecond })
+	ctx := context.Background()
+	if _, err := q.Push(ctx, Job{Topic: "t", ID: "j", TTR: time.Second, Retry: []int{10, 20}, MaxAttempts: 4}); err != nil {
+		t.Fatal(err)
+	}
+	at := clock
+	for n, wait := range []int{0, 10, 20, 20} { // the last interval repeats
+		at = at.Add(time.Duration(wait) * time.Second)
+		m.SetTime(at)
+		var d *Delivery
+		waitFor(t, 5*time.Second, fmt.Sprintf("delivery %d", n+1), func() bool {
+			d, _ = q.Pop(ctx, []string{"t"}, 0)
+			return d != nil
+		})
+		// Released at once: the delivery ends now.
+		state, _, err := q.Release(ctx, "j", nil, d.Attempts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < 3 && state != StateDelay || n == 3 && state != StateDead {
+			t.Fatalf("after release %d: state %s", n+1, state)
+		}
+	}
+	info, _ := q.Get(ctx, "j")
+	if info.State != StateDead || info.DeadReason != ReasonReleased || info.Attempts != 4 {
+		t.Fatalf("get = %+v", info)
+	}
+}
+
+func TestReleaseTouchTransitions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		mustPush(t, q, Job{Topic: "rt", ID: "delayed", Delay: time.Hour})
+		mustPush(t, q, Job{Topic: "rt", ID: "held", TTR: 2 * time.Second})
+		d := mustPop(t, q, time.Second, "rt")
+		if d == nil || d.ID != "held" {
+			t.Fatalf("pop = %+v", d)
+		}
+		zero := time.Duration(0)
+		for _, tc := range []struct {
+			name string
+			op   func() error
+			want error
+		}{
+			{"release unknown", func() error { _, _, err := q.Release(ctx, "nope", nil, 0); return err }, ErrNotFound},
+			{"touch unknown", func() error { _, err := q.Touch(ctx, "nope", 0); return err }, ErrNotFound},
+			{"release delayed", func() error { _, _, err := q.Release(ctx, "delayed", nil, 0); return err }, ErrNotReserved},
+			{"touch delayed", func() error { _, err := q.Touch(ctx, "delayed", 0); return err }, ErrNotReserved},
+			{"touch stale attempt", func() error { _, err := q.Touch(ctx, "held", 2); return err }, ErrStaleDelivery},
+			{"release stale attempt", func() error { _, _, err := q.Release(ctx, "held", nil, 7); return err }, ErrStaleDelivery},
+			{"touch current attempt", func() error { _, err := q.Touch(ctx, "held", 1); return err }, nil},
+			{"release with delay 0", func() error { _, _, err := q.Release(ctx, "held", &zero, 1); return err }, nil},
+			{"release again", func() error { _, _, err := q.Release(ctx, "held", nil, 0); return err }, ErrNotReserved},
+		} {
+			if err := tc.op(); !errors.Is(err, tc.want) {
+				t.Fatalf("%s: err %v, want %v", tc.name, err, tc.want)
+			}
+		}
+		d = mustPop(t, q, time.Second, "rt")
+		if d == nil || d.ID != "held" || d.Attempts != 2 {
+			t.Fatalf("pop after release = %+v", d)
+		}
+		// Touch keeps a job past its ttr.
+		until, err := q.Touch(ctx, "held", 2)
+		if err != nil || time.Until(until) < time.Second {
+			t.Fatalf("touch = %v, %v", until, err)
+		}
+	})
+}
+
+func TestPushIfAbsentAndBatches(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		res, err := q.PushBatch(ctx, []Job{
+			{Topic: "b", ID: "1", TTR: time.Minute, Body: "one"},
+			{Topic: "b", ID: "2", TTR: time.Minute, Body: "two"},
+			{Topic: "b", ID: "3", TTR: time.Minute, Delay: time.Hour},
+		})
+		if err != nil || len(res) != 3 || res[0].Status != PushCreated {
+			t.Fatalf("batch = %+v, %v", res, err)
+		}
+		r, err := q.Push(ctx, Job{Topic: "b", ID: "1", TTR: time.Minute, Body: "changed", IfAbsent: true})
+		if err != nil || r.Status != PushExists {
+			t.Fatalf("if_absent push = %+v, %v", r, err)
+		}
+		if _, err := q.PushBatch(ctx, []Job{{Topic: "b", ID: "4", TTR: time.Minute}, {Topic: "b", ID: "4", TTR: time.Minute}}); !errors.Is(err, ErrInvalidJob) {
+			t.Fatalf("batch with a repeated id: %v", err)
+		}
+		if _, err := q.PushBatch(ctx, []Job{{Topic: "b", ID: "5", TTR: time.Minute}, {Topic: "b", ID: "6"}}); !errors.Is(err, ErrInvalidJob) {
+			t.Fatalf("batch with an invalid job: %v", err)
+		}
+		if info, _ := q.Get(ctx, "5"); info != nil {
+			t.Fatal("an invalid batch stored a job")
+		}
+		ds, err := q.PopBatch(ctx, []string{"b"}, 10, time.Second)
+		if err != nil || len(ds) != 2 || ds[0].Body != "one" || ds[1].Body != "two" {
+			t.Fatalf("pop batch = %+v, %v", ds, err)
+		}
+		dead, err := q.FinishBatch(ctx, []string{"1", "2", "unknown"})
+		if err != nil || len(dead) != 0 {
+			t.Fatalf("finish batch = %v, %v", dead, err)
+		}
+		n, err := q.DeleteBatch(ctx, []string{"3", "unknown"})
+		if err != nil || n != 1 {
+			t.Fatalf("delete batch = %d, %v", n, err)
+		}
+		if topics, _ := q.Topics(ctx); len(topics) != 0 {
+			t.Fatalf("topics left: %v", topics)
+		}
+	})
+}
+
+func TestDeadLetterCapAndDelete(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr, func(o *Options) { o.DeadMaxPerTopic = 3 })
+		ctx := context.Background()
+		for i := 0; i < 5; i++ {
+			id := fmt.Sprintf("d%d", i)
+			mustPush(t, q, Job{Topic: "dl", ID: id, MaxAttempts: 1})
+			d := mustPop(t, q, time.Second, "dl")
+			if d == nil || d.ID != id {
+				t.Fatalf("pop = %+v", d)
+			}
+			if state, _, err := q.Release(ctx, id, nil, 1); err != nil || state != StateDead {
+				t.Fatalf("release = %s, %v", state, err)
+			}
+		}
+		jobs, total, err := q.DeadList(ctx, "dl", 0, 10)
+		if err != nil || total != 3 || len(jobs) != 3 || jobs[0].ID != "d4" || jobs[2].ID != "d2" {
+			t.Fatalf("dead list = %+v, %d, %v", jobs, total, err)
+		}
+		if info, _ := q.Get(ctx, "d0"); info != nil {
+			t.Fatalf("dropped dead letter still stored: %+v", info)
+		}
+		kicked, err := q.DeadKick(ctx, "dl", "", 1)
+		if err != nil || len(kicked) != 1 || kicked[0] != "d2" {
+			t.Fatalf("kick oldest = %v, %v", kicked, err)
+		}
+		if n, err := q.DeadDelete(ctx, "dl", ""); err != nil || n != 2 {
+			t.Fatalf("delete all = %d, %v", n, err)
+		}
+		stats, _ := q.Stats(ctx, "dl")
+		if stats["dl"] != (TopicStats{Ready: 1}) {
+			t.Fatalf("stats = %+v", stats["dl"])
+		}
+	})
+}
+
+// scanAll runs one move-due pass over every bucket, so a check that nothing
+// is due yet does not depend on the scanners' timing.
+func scanAll(t *testing.T, q *Queue) {
+	t.Helper()
+	for _, s := range q.scanners {
+		if _, err := s.moveDue(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

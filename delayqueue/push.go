@@ -1,0 +1,128 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Limits on retry schedules.
+const (
+	MaxRetryEntries  = 100
+	MaxRetrySeconds  = 1<<31 - 1
+	MaxMaxAttempts   = 10000
+	MaxPushBatchJobs = 1000
+)
+
+// PushStatus says what a push did.
+type PushStatus int
+
+// Push outcomes.
+const (
+	PushCreated  PushStatus = iota // a new job
+	PushReplaced                   // replaced the job with the same id
+	PushExists                     // IfAbsent, and the id existed: nothing changed
+)
+
+// PushResult is the outcome of one pushed job.
+type PushResult struct {
+	Status PushStatus
+	DueAt  time.Time // the job's first due time (for PushExists: the existing job's)
+}
+
+// ValidateJob checks a job against the engine's limits. Its errors wrap
+// ErrInvalidJob and name the field.
+func ValidateJob(job Job) error {
+	switch {
+	case job.Topic == "" || len(job.Topic) > MaxTopicBytes || !utf8.ValidString(job.Topic):
+		return fmt.Errorf("%w: topic must be 1 to %d bytes of UTF-8", ErrInvalidJob, MaxTopicBytes)
+	case strings.Contains(job.Topic, ","):
+		return fmt.Errorf("%w: topic must not contain a comma", ErrInvalidJob)
+	case job.ID == "" || len(job.ID) > MaxIDBytes || !utf8.ValidString(job.ID):
+		return fmt.Errorf("%w: id must be 1 to %d bytes of UTF-8", ErrInvalidJob, MaxIDBytes)
+	case job.Delay < 0 || job.Delay > MaxDelay:
+		return fmt.Errorf("%w: delay must be between 0 and %d seconds", ErrInvalidJob, int64(MaxDelay/time.Second))
+	case job.TTR < time.Second || job.TTR > MaxTTR:
+		return fmt.Errorf("%w: ttr must be between 1 and %d seconds", ErrInvalidJob, int64(MaxTTR/time.Second))
+	case len(job.Retry) > MaxRetryEntries:
+		return fmt.Errorf("%w: retry must have at most %d entries", ErrInvalidJob, MaxRetryEntries)
+	case job.MaxAttempts < 0 || job.MaxAttempts > MaxMaxAttempts:
+		return fmt.Errorf("%w: max_attempts must be between 0 and %d", ErrInvalidJob, MaxMaxAttempts)
+	}
+	for i, r := range job.Retry {
+		if r < 0 || r > MaxRetrySeconds {
+			return fmt.Errorf("%w: retry[%d] must be between 0 and %d seconds", ErrInvalidJob, i, MaxRetrySeconds)
+		}
+	}
+	return nil
+}
+
+// Push stores a job, or replaces the job with the same id in whatever state
+// it is: its old schedule, lease and delivery count are dropped. With
+// IfAbsent, an existing job is left alone.
+func (q *Queue) Push(ctx context.Context, job Job) (PushResult, error) {
+	results, err := q.PushBatch(ctx, []Job{job})
+	if err != nil {
+		return PushResult{}, err
+	}
+	return results[0], nil
+}
+
+// PushBatch pushes jobs all or nothing: if one is invalid (or an id
+// repeats), nothing is stored. Results come in input order.
+func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error) {
+	if len(jobs) == 0 || len(jobs) > MaxPushBatchJobs {
+		return nil, fmt.Errorf("push: %w: a batch holds 1 to %d jobs", ErrInvalidJob, MaxPushBatchJobs)
+	}
+	seen := make(map[string]int, len(jobs))
+	for i, job := range jobs {
+		if err := ValidateJob(job); err != nil {
+			return nil, fmt.Errorf("push: job %d: %w", i, err)
+		}
+		if j, dup := seen[job.ID]; dup {
+			return nil, fmt.Errorf("push: job %d: %w: id %q repeats job %d", i, ErrInvalidJob, job.ID, j)
+		}
+		seen[job.ID] = i
+	}
+	args := make([]any, 0, 1+9*len(jobs))
+	args = append(args, len(jobs))
+	for _, job := range jobs {
+		args = append(args, job.ID, job.Topic, job.Delay.Milliseconds(), int64(job.TTR/time.Second), job.Body,
+			q.keys.bucketNumber(job.ID), retryCSV(job.Retry), job.MaxAttempts, boolArg(job.IfAbsent))
+	}
+	reply, err := redis.Int64s(q.eval(ctx, q.scripts.push, nil, args...))
+	if err != nil {
+		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, err)
+	}
+	now := reply[0]
+	results := make([]PushResult, len(jobs))
+	for i, job := range jobs {
+		due, status := reply[1+2*i], reply[2+2*i]
+		results[i] = PushResult{Status: PushStatus(status), DueAt: time.UnixMilli(due)}
+		if status != int64(PushExists) && due > now {
+			b := q.keys.bucketNumber(job.ID)
+			q.scanners[b-1].wakeBy(time.Now().Add(time.Duration(due-now) * time.Millisecond))
+		}
+	}
+	return results, nil
+}
+
+func retryCSV(retry []int) string {
+	parts := make([]string, len(retry))
+	for i, r := range retry {
+		parts[i] = strconv.Itoa(r)
+	}
+	return strings.Join(parts, ",")
+}
+
+func boolArg(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,21 @@
+-- touch.lua: extend a reserved job's lease to now + ttr, for long work.
+-- KEYS: none (built from the ARGV header, see lib.lua).
+-- ARGV[ARG] id, ARGV[ARG+1] the delivery's attempt number (0: not checked).
+-- Reply: {status, state or '', lease end ms}: status 1 touched, 0 unknown
+-- id, -1 not reserved (state given), -2 stale delivery.
+local id = ARGV[ARG]
+local job = job_key(id)
+local f = redis.call('HMGET', job, 's', 'a', 'k', 'r')
+if not f[1] then
+  return {0, '', 0}
+end
+if f[1] ~= 'reserved' then
+  return {-1, f[1], 0}
+end
+if ARGV[ARG + 1] ~= '0' and ARGV[ARG + 1] ~= f[2] then
+  return {-2, f[1], 0}
+end
+local lease = now_ms() + tonumber(f[4]) * 1000
+redis.call('HSET', job, 'l', int(lease))
+redis.call('ZADD', bucket_key(f[3]), int(lease), id)
+return {1, 'reserved', lease}
