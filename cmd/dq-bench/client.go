@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// apiClient speaks the server's HTTP API as a real client does: JSON bodies,
+// POST, keep-alive connections shared by all goroutines of a phase.
+type apiClient struct {
+	baseURL string
+	http    *http.Client
+}
+
+// newAPIClient returns a client whose transport keeps up to maxConns idle
+// connections to the server, so that N concurrent goroutines reuse N
+// connections instead of dialing per request.
+func newAPIClient(baseURL string, maxConns int) *apiClient {
+	transport := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        maxConns,
+		MaxIdleConnsPerHost: maxConns,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	return &apiClient{baseURL: baseURL, http: &http.Client{Transport: transport}}
+}
+
+// close drops the client's idle connections.
+func (c *apiClient) close() { c.http.CloseIdleConnections() }
+
+// reply is the server's envelope with data left undecoded, so each caller
+// can tell the shapes apart (an object, an array, null).
+type reply struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// dataIsNull reports whether data is absent or JSON null.
+func (r reply) dataIsNull() bool {
+	d := bytes.TrimSpace(r.Data)
+	return len(d) == 0 || bytes.Equal(d, []byte("null"))
+}
+
+// dataIsArray reports whether data is a JSON array.
+func (r reply) dataIsArray() bool {
+	d := bytes.TrimSpace(r.Data)
+	return len(d) > 0 && d[0] == '['
+}
+
+// errCodeFailure is wrapped by call when the server answers code 1.
+var errCodeFailure = errors.New("server answered code 1")
+
+// call posts body (marshalled to JSON) to path and decodes the envelope. A
+// transport failure, a non-JSON answer or code 1 is an error; the reply is
+// returned in every case where one was decoded.
+func (c *apiClient) call(ctx context.Context, path string, body any) (reply, error) {
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return reply{}, fmt.Errorf("encode %s request: %w", path, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(payload))
+	if err != nil {
+		return reply{}, fmt.Errorf("build %s request: %w", path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s: read answer: %w", path, err)
+	}
+	var r reply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return reply{}, fmt.Errorf("POST %s: HTTP %d, answer is not an envelope: %q", path, resp.StatusCode, truncate(raw, 200))
+	}
+	if r.Code != 0 {
+		return r, fmt.Errorf("POST %s: HTTP %d: %q: %w", path, resp.StatusCode, r.Message, errCodeFailure)
+	}
+	return r, nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "..."
+}
+
+// pushJob is one job as /push takes it. DelayMS, when set, replaces Delay
+// (the server's delay_ms field).
+type pushJob struct {
+	Topic   string `json:"topic"`
+	ID      string `json:"id"`
+	Delay   int64  `json:"delay"`
+	DelayMS *int64 `json:"delay_ms,omitempty"`
+	TTR     int64  `json:"ttr"`
+	Body    string `json:"body"`
+}
+
+// withDelayMS returns j with delay_ms set.
+func (j pushJob) withDelayMS(ms int64) pushJob {
+	j.DelayMS = &ms
+	return j
+}
+
+// delivery is the data of a /pop that got a job.
+type delivery struct {
+	ID       string `json:"id"`
+	Body     string `json:"body"`
+	Topic    string `json:"topic"`
+	TTR      int64  `json:"ttr"`
+	Attempts int    `json:"attempts"`
+}
+
+func (c *apiClient) push(ctx context.Context, job pushJob) error {
+	_, err := c.call(ctx, "/push", job)
+	return err
+}
+
+// pushBatch sends {"jobs":[...]} (the lifecycle issue's batch push).
+func (c *apiClient) pushBatch(ctx context.Context, jobs []pushJob) (reply, error) {
+	return c.call(ctx, "/push", struct {
+		Jobs []pushJob `json:"jobs"`
+	}{jobs})
+}
+
+// pop asks for one job of topics (comma-separated) and holds up to
+// timeoutSeconds. It returns nil when the hold ended empty.
+func (c *apiClient) pop(ctx context.Context, topics string, timeoutSeconds int) (*delivery, error) {
+	r, err := c.call(ctx, "/pop", struct {
+		Topic   string `json:"topic"`
+		Timeout int    `json:"timeout"`
+	}{topics, timeoutSeconds})
+	if err != nil {
+		return nil, err
+	}
+	if r.dataIsNull() {
+		return nil, nil
+	}
+	var d delivery
+	if err := json.Unmarshal(r.Data, &d); err != nil {
+		return nil, fmt.Errorf("POST /pop: data is not a job: %q", truncate(r.Data, 200))
+	}
+	return &d, nil
+}
+
+// errBatchShape means the server answered a batch request with code 0 but
+// not in the batch shape: it ignored the batch field.
+var errBatchShape = errors.New("answer is not in the batch shape")
+
+// popBatch asks for up to count jobs (the lifecycle issue's "count"); the
+// answer must be an array.
+func (c *apiClient) popBatch(ctx context.Context, topics string, timeoutSeconds, count int) ([]delivery, error) {
+	r, err := c.call(ctx, "/pop", struct {
+		Topic   string `json:"topic"`
+		Timeout int    `json:"timeout"`
+		Count   int    `json:"count"`
+	}{topics, timeoutSeconds, count})
+	if err != nil {
+		return nil, err
+	}
+	if !r.dataIsArray() {
+		return nil, fmt.Errorf("POST /pop with count: data %q: %w", truncate(r.Data, 100), errBatchShape)
+	}
+	var ds []delivery
+	if err := json.Unmarshal(r.Data, &ds); err != nil {
+		return nil, fmt.Errorf("POST /pop with count: data is not a list of jobs: %w", err)
+	}
+	return ds, nil
+}
+
+func (c *apiClient) finish(ctx context.Context, id string) error {
+	_, err := c.call(ctx, "/finish", struct {
+		ID string `json:"id"`
+	}{id})
+	return err
+}
+
+// finishBatch sends {"ids":[...]} (the lifecycle issue's batch finish).
+func (c *apiClient) finishBatch(ctx context.Context, ids []string) error {
+	_, err := c.call(ctx, "/finish", struct {
+		IDs []string `json:"ids"`
+	}{ids})
+	return err
+}
+
+// exists reports whether /get knows id.
+func (c *apiClient) exists(ctx context.Context, id string) (bool, error) {
+	r, err := c.call(ctx, "/get", struct {
+		ID string `json:"id"`
+	}{id})
+	if err != nil {
+		return false, err
+	}
+	return !r.dataIsNull(), nil
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http/httptrace"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// heldHoldSeconds is the timeout of each held /pop: below the default
+// queue_block_timeout (178), longer than the phase.
+const heldHoldSeconds = 170
+
+// heldTopicList is the j-th topic list of the held pops: a topic of its
+// own, which the timed pushes target, and one of ten shared topics, so
+// that waiters also wait on several topics at once.
+func heldTopicList(j int) string { return fmt.Sprintf("%s,hshare%02d", heldTopic(j), j%10) }
+
+func heldTopic(j int) string { return fmt.Sprintf("held%04d", j) }
+
+// heldDelivery is a job a waiter got, and when its pop returned.
+type heldDelivery struct {
+	id string
+	at time.Time
+}
+
+// runHeldPops holds s.heldPops concurrent /pop requests on the server,
+// spread over s.heldTopicLists topic lists, then pushes s.heldSamples jobs
+// one at a time to random lists' own topics and times each from before its
+// push to the return of the pop that got it. It reports the Redis
+// connections the server holds meanwhile, its RSS and the latencies.
+func (b *bench) runHeldPops(ctx context.Context) error {
+	if err := b.redis.flushDB(); err != nil {
+		return err
+	}
+	idleConns, err := b.redis.otherClients()
+	if err != nil {
+		return err
+	}
+	total, lists := b.s.heldPops, b.s.heldTopicLists
+	// Each waiter needs its own connection: a held request occupies it.
+	waiterClient := newAPIClient(b.s.serverURL, total+64)
+	defer waiterClient.close()
+
+	heldCtx, stopWaiters := context.WithCancel(ctx)
+	var waiters sync.WaitGroup
+	defer waiters.Wait()
+	defer stopWaiters()
+
+	var popsSent, popErrors, finishErrors atomic.Int64
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { popsSent.Add(1) }}
+	tracedCtx := httptrace.WithClientTrace(heldCtx, trace)
+	deliveries := make(chan heldDelivery, 64)
+	for k := range total {
+		waiters.Add(1)
+		go func() {
+			defer waiters.Done()
+			topics := heldTopicList(k % lists)
+			for heldCtx.Err() == nil {
+				got, err := waiterClient.pop(tracedCtx, topics, heldHoldSeconds)
+				at := time.Now()
+				if err != nil {
+					if heldCtx.Err() != nil {
+						return
+					}
+					if popErrors.Add(1) == 1 {
+						b.logger.Warn("held pop failed", "err", err)
+					}
+					sleepCtx(heldCtx, 100*time.Millisecond)
+					continue
+				}
+				if got == nil {
+					continue
+				}
+				select {
+				case deliveries <- heldDelivery{id: got.ID, at: at}:
+				case <-heldCtx.Done():
+					return
+				}
+				if err := waiterClient.finish(heldCtx, got.ID); err != nil && heldCtx.Err() == nil {
+					finishErrors.Add(1)
+				}
+			}
+		}()
+	}
+
+	// The server has all of them once they are written and it had a moment
+	// to read them; no API tells when a pop is registered.
+	if err := waitFor(ctx, time.Minute, func() bool { return popsSent.Load() >= int64(total) }); err != nil {
+		return fmt.Errorf("held-pops: only %d of %d pops sent: %w", popsSent.Load(), total, err)
+	}
+	sleepCtx(ctx, b.s.heldSettle)
+	if n := popErrors.Load(); n > 0 {
+		return fmt.Errorf("held-pops: %d pops failed while they were being held", n)
+	}
+
+	conns, rss, err := b.serverFootprint()
+	if err != nil {
+		return err
+	}
+	b.logger.Info("held pops in place", "pops", total, "redis_conns_idle", idleConns,
+		"redis_conns_held", conns, "rss_bytes", rss)
+
+	body := jobBody()
+	latencies := make([]time.Duration, 0, b.s.heldSamples)
+	for k := range b.s.heldSamples {
+		id := jobID('h', k)
+		topic := heldTopic(rand.IntN(lists))
+		sent := time.Now()
+		if err := b.api.push(ctx, pushJob{Topic: topic, ID: id, TTR: jobTTR, Body: body}); err != nil {
+			return fmt.Errorf("held-pops: push %d: %w", k, err)
+		}
+		got, err := awaitDelivery(ctx, deliveries, id, 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("held-pops: push %d to %s: %w", k, topic, err)
+		}
+		latencies = append(latencies, got.Sub(sent))
+	}
+
+	conns2, rss2, err := b.serverFootprint()
+	if err != nil {
+		return err
+	}
+	conns, rss = max(conns, conns2), max(rss, rss2)
+	if n := popErrors.Load() + finishErrors.Load(); n > 0 {
+		b.logger.Warn("held-pops: requests failed during sampling", "pops", popErrors.Load(), "finishes", finishErrors.Load())
+	}
+
+	sum := summarize(latencies)
+	b.report.value("held-pops-waiters", float64(total), "pops", nil)
+	b.report.value("held-pops-redis-conns", float64(conns), "conns", atMost(64))
+	if rss >= 0 {
+		b.report.value("held-pops-rss", math.Round(float64(rss)/(1<<20)*10)/10, "MiB", atMost(512))
+	} else {
+		fmt.Fprintln(b.report.out, "held-pops-rss n/a no -server-pid")
+	}
+	b.report.value("held-pops-p50", roundMillis(sum.p50), "ms", nil)
+	b.report.value("held-pops-p99", roundMillis(sum.p99), "ms", atMost(20))
+	b.report.value("held-pops-max", roundMillis(sum.max), "ms", nil)
+
+	stopWaiters()
+	waiters.Wait()
+	return b.redis.flushDB()
+}
+
+// serverFootprint reads the server's Redis connections and its RSS (-1
+// without -server-pid).
+func (b *bench) serverFootprint() (int, int64, error) {
+	conns, err := b.redis.otherClients()
+	if err != nil {
+		return 0, 0, err
+	}
+	if b.s.serverPID == 0 {
+		return conns, -1, nil
+	}
+	rss, err := processRSS(b.s.serverPID)
+	if err != nil {
+		return 0, 0, err
+	}
+	return conns, rss, nil
+}
+
+// awaitDelivery waits for the delivery of id. A delivery of another id
+// means a job of an earlier sample came twice; it is logged by the caller's
+// figures only as a delay, so it is skipped here.
+func awaitDelivery(ctx context.Context, deliveries <-chan heldDelivery, id string, limit time.Duration) (time.Time, error) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		select {
+		case d := <-deliveries:
+			if d.id == id {
+				return d.at, nil
+			}
+		case <-timer.C:
+			return time.Time{}, fmt.Errorf("job %s not delivered to any waiter within %s", id, limit)
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// processRSS reads VmRSS of a process from /proc, in bytes.
+func processRSS(pid int) (int64, error) {
+	path := "/proc/" + strconv.Itoa(pid) + "/status"
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("read server RSS: %w", err)
+	}
+	defer f.Close()
+	return parseVmRSS(bufio.NewScanner(f), path)
+}
+
+// parseVmRSS finds "VmRSS:   1234 kB" in a /proc status file.
+func parseVmRSS(scanner *bufio.Scanner, path string) (int64, error) {
+	for scanner.Scan() {
+		value, ok := strings.CutPrefix(scanner.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(value)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("%s: unexpected VmRSS line %q", path, scanner.Text())
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: VmRSS: %w", path, err)
+		}
+		return kb << 10, nil
+	}
+	if err := scanner.Err(); err != nil {
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return 0, fmt.Errorf("%s has no VmRSS line", path)
+}
+
+// waitFor polls cond until it holds, ctx ends or limit passes.
+func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done after %s", limit)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sleepCtx sleeps for d or until ctx ends, and returns ctx's error then.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# bench.sh runs the performance benchmark (make bench): it builds the server
+# and the load tool, starts a throwaway redis-server and the server on free
+# loopback ports, measures redis-benchmark's SET and LPOP rates on that same
+# Redis, then runs cmd/dq-bench, which prints every figure as
+# "name value unit", throughputs also as a ratio to SET req/s. Everything it
+# started is stopped on exit, by PID.
+#
+# Usage: scripts/bench.sh [dq-bench flags]   e.g. scripts/bench.sh -quick
+# Environment: BIN_DIR (default bin), REDIS_BENCH_REQUESTS (default 200000),
+# SKIP_BUILD=1 uses the binaries already in BIN_DIR, KEEP_LOGS=1 keeps the
+# temporary directory with the Redis and server logs.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+bin_dir=${BIN_DIR:-bin}
+redis_bench_requests=${REDIS_BENCH_REQUESTS:-200000}
+# The server holds one connection per held /pop (10,000 in the held-pops
+# phase), and the tool as many on its side.
+open_files=20000
+
+for tool in go redis-server redis-benchmark redis-cli; do
+	if ! command -v "$tool" >/dev/null; then
+		echo "bench: $tool not found in PATH (Debian: apt-get install redis-server redis-tools)" >&2
+		exit 1
+	fi
+done
+
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+	echo "bench: building $bin_dir/delay-queue and $bin_dir/dq-bench" >&2
+	go build -o "$bin_dir/delay-queue" ./cmd/delay-queue
+	go build -o "$bin_dir/dq-bench" ./cmd/dq-bench
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/dq-bench.XXXXXX")
+redis_pid=""
+server_pid=""
+
+# stop_pid ends one process we started and waits for it (at most 10 s,
+# then SIGKILL).
+stop_pid() {
+	local pid=$1
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local status=$?
+	trap - EXIT INT TERM
+	if [[ -n $server_pid ]]; then stop_pid "$server_pid"; fi
+	if [[ -n $redis_pid ]]; then stop_pid "$redis_pid"; fi
+	if [[ $status -ne 0 ]]; then
+		echo "bench: failed (status $status); last lines of the logs:" >&2
+		tail -n 20 "$work/server.log" "$work/redis.log" >&2 2>/dev/null || true
+	fi
+	if [[ ${KEEP_LOGS:-0} == 1 ]]; then
+		echo "bench: logs kept in $work" >&2
+	else
+		rm -rf "$work"
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [[ $(ulimit -Hn) != unlimited && $(ulimit -Hn) -lt $open_files ]]; then
+	echo "bench: the hard open-files limit is $(ulimit -Hn), below $open_files: held-pops may fail" >&2
+	open_files=$(ulimit -Hn)
+fi
+ulimit -n "$open_files"
+
+# wait_until runs a command until it succeeds, for up to 10 s.
+wait_until() {
+	local what=$1
+	shift
+	for _ in $(seq 200); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.05
+	done
+	echo "bench: $what did not come up within 10 s" >&2
+	return 1
+}
+
+redis_port=$("$bin_dir/dq-bench" -free-port)
+# Default settings, except no snapshots or AOF: the run must not be slowed
+# by disk writes of a throwaway instance.
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+	--dir "$work" --logfile "$work/redis.log" &
+redis_pid=$!
+wait_until "redis-server on port $redis_port" redis-cli -h 127.0.0.1 -p "$redis_port" ping
+
+echo "bench: redis-benchmark -q -t set,lpop -n $redis_bench_requests -c 50 on port $redis_port" >&2
+redis_bench_output=$(redis-benchmark -h 127.0.0.1 -p "$redis_port" -q -t set,lpop -n "$redis_bench_requests" -c 50 | tr '\r' '\n')
+# Lines look like "SET: 126582.27 requests per second, p50=0.223 msec".
+rate_of() {
+	awk -v cmd="$1:" '$1 == cmd && $3 == "requests" { rate = $2 } END { print rate }' <<<"$redis_bench_output"
+}
+set_rps=$(rate_of SET)
+lpop_rps=$(rate_of LPOP)
+if [[ -z $set_rps ]]; then
+	echo "bench: could not read the SET rate from redis-benchmark's output:" >&2
+	echo "$redis_bench_output" >&2
+	exit 1
+fi
+echo "redis-lpop $lpop_rps req/s"
+
+server_port=$("$bin_dir/dq-bench" -free-port)
+cat >"$work/delay-queue.conf" <<EOF
+bind_address = 127.0.0.1:$server_port
+redis.host = 127.0.0.1:$redis_port
+redis.db = 1
+EOF
+"$bin_dir/delay-queue" -c "$work/delay-queue.conf" 2>"$work/server.log" &
+server_pid=$!
+server_url="http://127.0.0.1:$server_port"
+# Any HTTP answer (the envelope's 404) means it is serving.
+wait_until "delay-queue on port $server_port" \
+	bash -c "exec 3<>/dev/tcp/127.0.0.1/$server_port"
+
+"$bin_dir/dq-bench" -url "$server_url" -redis "127.0.0.1:$redis_port" -redis-db 1 \
+	-set-rps "$set_rps" -server-pid "$server_pid" "$@"
