@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = 100 - i // 100..1, unsorted
+	}
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		want    latencySummary
+	}{
+		{"empty", nil, latencySummary{}},
+		{"one", ms(7), latencySummary{n: 1, min: ms(7)[0], p50: ms(7)[0], p99: ms(7)[0], max: ms(7)[0]}},
+		{"negative first", ms(3, -2, 5, 1), latencySummary{n: 4, min: ms(-2)[0], p50: ms(1)[0], p99: ms(5)[0], max: ms(5)[0]}},
+		{"hundred", ms(hundred...), latencySummary{n: 100, min: ms(1)[0], p50: ms(50)[0], p99: ms(99)[0], max: ms(100)[0]}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := summarize(tt.samples); got != tt.want {
+				t.Errorf("summarize = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReporterLines(t *testing.T) {
+	tests := []struct {
+		name   string
+		setRPS float64
+		print  func(r *reporter)
+		want   string
+	}{
+		{"throughput meets goal", 100000, func(r *reporter) { r.throughput("push", 30000, atLeast(0.27)) },
+			"push 30000 jobs/s ratio=0.300 target>=0.27 ok\n"},
+		{"throughput misses goal", 100000, func(r *reporter) { r.throughput("pop-finish", 9999.6, atLeast(0.15)) },
+			"pop-finish 10000 jobs/s ratio=0.100 target>=0.15 MISS\n"},
+		{"throughput without SET rate", 0, func(r *reporter) { r.throughput("push", 1234, atLeast(0.27)) },
+			"push 1234 jobs/s ratio=n/a\n"},
+		{"value at most", 0, func(r *reporter) { r.value("lateness-p99", 12.5, "ms", atMost(10)) },
+			"lateness-p99 12.5 ms target<=10 MISS\n"},
+		{"negative value", 0, func(r *reporter) { r.value("lateness-min", -0.4, "ms", atLeast(0)) },
+			"lateness-min -0.4 ms target>=0 MISS\n"},
+		{"value without goal", 0, func(r *reporter) { r.value("held-pops-max", 3, "ms", nil) },
+			"held-pops-max 3 ms\n"},
+		{"unsupported", 0, func(r *reporter) { r.unsupported("push-batch") }, "push-batch n/a unsupported\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			tt.print(&reporter{out: &out, setRPS: tt.setRPS})
+			if out.String() != tt.want {
+				t.Errorf("printed %q, want %q", out.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestCountOtherClients(t *testing.T) {
+	tests := []struct {
+		name string
+		list string
+		want int
+	}{
+		{"empty", "", 0},
+		{"only ours", "id=3 addr=127.0.0.1:5 laddr=127.0.0.1:6379 fd=8 name=dq-bench age=1 db=1 cmd=client|list\n", 0},
+		{"server and ours", "id=3 addr=127.0.0.1:5 fd=8 name= db=1 cmd=blpop\n" +
+			"id=4 addr=127.0.0.1:6 fd=9 name=dq-bench db=1 cmd=client|list\n" +
+			"id=5 addr=127.0.0.1:7 fd=10 name= db=1 cmd=evalsha\n", 2},
+		{"a name that only starts like ours", "id=3 addr=127.0.0.1:5 name=dq-bench-2 db=1\n", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := countOtherClients(tt.list); got != tt.want {
+				t.Errorf("countOtherClients = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInfoField(t *testing.T) {
+	info := "# Memory\r\nused_memory:1957488\r\nused_memory_human:1.87M\r\n"
+	tests := []struct {
+		key    string
+		want   string
+		wantOK bool
+	}{
+		{"used_memory", "1957488", true},
+		{"used_memory_human", "1.87M", true},
+		{"used_memory_rss", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := infoField(info, tt.key)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("infoField(%q) = %q, %v; want %q, %v", tt.key, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
+func TestParseVmRSS(t *testing.T) {
+	tests := []struct {
+		name    string
+		status  string
+		want    int64
+		wantErr bool
+	}{
+		{"present", "Name:\tdelay-queue\nVmPeak:\t  900 kB\nVmRSS:\t   39264 kB\nThreads:\t9\n", 39264 << 10, false},
+		{"missing", "Name:\tdelay-queue\n", 0, true},
+		{"odd unit", "VmRSS:\t 12 MB\n", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseVmRSS(bufio.NewScanner(strings.NewReader(tt.status)), "status")
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("parseVmRSS = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+// fakeServer answers every request with body.
+func fakeServer(t *testing.T, answer func(path string, request []byte) string) *apiClient {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		request, _ := io.ReadAll(r.Body)
+		io.WriteString(w, answer(r.URL.Path, request))
+	}))
+	t.Cleanup(srv.Close)
+	client := newAPIClient(srv.URL, 4)
+	t.Cleanup(client.close)
+	return client
+}
+
+// The tool must tell a server without the lifecycle issue's batch forms
+// (which ignores "count" and rejects {"jobs":[...]}) from one that has them.
+func TestBatchShapes(t *testing.T) {
+	tests := []struct {
+		name        string
+		answer      string
+		wantErr     error
+		wantPopped  int
+		wantPushErr error
+	}{
+		{"single-job answer: count ignored", `{"code":0,"message":"ok","data":{"id":"a","body":"b","topic":"t","ttr":5,"attempts":1}}`,
+			errBatchShape, 0, nil},
+		{"batch answer", `{"code":0,"message":"ok","data":[{"id":"a","body":"b","topic":"t","ttr":5,"attempts":1},{"id":"c"}]}`,
+			nil, 2, nil},
+		{"empty batch", `{"code":0,"message":"no job ready","data":[]}`, nil, 0, nil},
+		{"code 1", `{"code":1,"message":"topic is required","data":null}`, errCodeFailure, 0, errCodeFailure},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fakeServer(t, func(string, []byte) string { return tt.answer })
+			got, err := client.popBatch(context.Background(), "t", 1, 100)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("popBatch error = %v, want %v", err, tt.wantErr)
+			}
+			if len(got) != tt.wantPopped {
+				t.Errorf("popBatch got %d jobs, want %d", len(got), tt.wantPopped)
+			}
+			_, err = client.pushBatch(context.Background(), []pushJob{{Topic: "t", ID: "a", TTR: 1}})
+			if !errors.Is(err, tt.wantPushErr) {
+				t.Errorf("pushBatch error = %v, want %v", err, tt.wantPushErr)
+			}
+		})
+	}
+}
+
+func TestPushSendsDelayMSOnlyWhenSet(t *testing.T) {
+	var requests []string
+	client := fakeServer(t, func(_ string, request []byte) string {
+		requests = append(requests, string(request))
+		return `{"code":0,"message":"pushed","data":null}`
+	})
+	ctx := context.Background()
+	job := pushJob{Topic: "t", ID: "a", Delay: 3, TTR: 5, Body: "x"}
+	if err := client.push(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.push(ctx, job.withDelayMS(0)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"topic":"t","id":"a","delay":3,"ttr":5,"body":"x"}`,
+		`{"topic":"t","id":"a","delay":3,"delay_ms":0,"ttr":5,"body":"x"}`,
+	}
+	for i := range want {
+		if requests[i] != want[i] {
+			t.Errorf("request %d = %s, want %s", i, requests[i], want[i])
+		}
+	}
+}
+
+func TestForEachStopsAfterMaxFailures(t *testing.T) {
+	var calls atomic.Int64
+	boom := errors.New("boom")
+	ok, err := forEach(context.Background(), 4, 100000, func(_ context.Context, i int) error {
+		calls.Add(1)
+		if i%2 == 0 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("error = %v, want it to wrap %v", err, boom)
+	}
+	// Each of the 4 workers may finish the call it is in after the limit.
+	if n := calls.Load(); n > 2*maxFailures+8 {
+		t.Errorf("%d calls made, want it to stop near %d failures", n, maxFailures)
+	}
+	if ok < 1 {
+		t.Errorf("%d successes, want some", ok)
+	}
+}
+
+func TestForEachRunsEveryIndexOnce(t *testing.T) {
+	const total = 1000
+	var seen [total]atomic.Int32
+	ok, err := forEach(context.Background(), 7, total, func(_ context.Context, i int) error {
+		seen[i].Add(1)
+		return nil
+	})
+	if err != nil || ok != total {
+		t.Fatalf("forEach = %d, %v; want %d, nil", ok, err, total)
+	}
+	for i := range seen {
+		if n := seen[i].Load(); n != 1 {
+			t.Fatalf("index %d ran %d times", i, n)
+		}
+	}
+}
