@@ -16,7 +16,11 @@ import (
 // On failure it answers the request itself (413 when the body is too large)
 // and returns false.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	// Size the buffer from Content-Length (within the limit), sparing the
+	// copies of a growing one for large bodies.
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), h.opts.MaxBodyBytes)+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	body := buf.Bytes()
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if !errors.As(err, &tooLarge) {
@@ -45,17 +49,22 @@ func parseObject(body []byte, fields ...string) (jsonObject, error) {
 	if len(bytes.TrimLeft(body, " \t\r\n")) == 0 {
 		return nil, errors.New("request body is empty: send a JSON object")
 	}
-	// First the whole value, for precise syntax errors, then what follows.
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var whole json.RawMessage
-	if err := dec.Decode(&whole); err != nil {
-		return nil, malformedJSON(err)
+	whole := bytes.TrimSpace(body)
+	if !json.Valid(whole) {
+		// Decode the first value for a precise syntax error, or find that
+		// the first value was fine and something follows it.
+		dec := json.NewDecoder(bytes.NewReader(body))
+		var first json.RawMessage
+		if err := dec.Decode(&first); err != nil {
+			return nil, malformedJSON(err)
+		}
+		whole = first
+		if whole[0] == '{' {
+			return nil, errors.New("request body has data after the JSON object")
+		}
 	}
 	if whole[0] != '{' {
 		return nil, fmt.Errorf("request body must be a JSON object, got %s", jsonKind(whole))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("request body has data after the JSON object")
 	}
 
 	// The object is valid JSON now: walk its members in order.
