@@ -255,7 +255,9 @@ func TestEndToEnd(t *testing.T) {
 
 			// Re-push replaces: the new body is delivered, once, counted afresh.
 			mustSucceed(t, url, "/push", `{"topic":"mail","id":"re","delay":100,"ttr":30,"body":"old"}`)
-			mustSucceed(t, url, "/push", `{"topic":"mail","id":"re","delay":0,"ttr":30,"body":"new"}`)
+			if got := mustSucceed(t, url, "/push", `{"topic":"mail","id":"re","delay":0,"ttr":30,"body":"new"}`); got.msg != "pushed, replacing the job with the same id" {
+				t.Fatalf("re-push answered %s", got.raw)
+			}
 			d = popJob(t, url, `{"topic":"mail","timeout":5}`)
 			if want := (&e2eDelivery{ID: "re", Body: "new", Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
 				t.Fatalf("pop after re-push: %+v, want %+v", d, want)

@@ -29,10 +29,11 @@ type fakeQueue struct {
 	mu    sync.Mutex
 	calls []queueCall
 
-	err      error                // returned by every method when set
-	delivery *delayqueue.Delivery // returned by Pop
-	info     *delayqueue.JobInfo  // returned by Get
-	panicMsg string               // every method panics with it when set
+	err        error                 // returned by every method when set
+	pushResult delayqueue.PushResult // returned by Push
+	delivery   *delayqueue.Delivery  // returned by Pop
+	info       *delayqueue.JobInfo   // returned by Get
+	panicMsg   string                // every method panics with it when set
 
 	// popStarted, when set, receives the context of every Pop, which then
 	// waits for that context to end and returns its error.
@@ -54,9 +55,9 @@ func (f *fakeQueue) recorded() []queueCall {
 	return append([]queueCall(nil), f.calls...)
 }
 
-func (f *fakeQueue) Push(ctx context.Context, job delayqueue.Job) error {
+func (f *fakeQueue) Push(ctx context.Context, job delayqueue.Job) (delayqueue.PushResult, error) {
 	f.record(queueCall{op: "push", job: job})
-	return f.err
+	return f.pushResult, f.err
 }
 
 func (f *fakeQueue) Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error) {

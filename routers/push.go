@@ -126,9 +126,14 @@ func (h *handler) push(w http.ResponseWriter, r *http.Request) {
 	}
 	noteJob(r, req.Topic, req.ID)
 	job := delayqueue.Job{Topic: req.Topic, ID: req.ID, Delay: req.Delay, TTR: req.TTR, Body: req.Body}
-	if err := h.queue.Push(r.Context(), job); err != nil {
+	result, err := h.queue.Push(r.Context(), job)
+	if err != nil {
 		h.failQueue(w, r, "push", err)
 		return
 	}
-	succeed(w, r, "pushed", nil)
+	message := "pushed"
+	if result.Status == delayqueue.PushReplaced {
+		message = "pushed, replacing the job with the same id"
+	}
+	succeed(w, r, message, nil)
 }

@@ -191,3 +191,11 @@ func TestPushRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestPushReplacedMessage(t *testing.T) {
+	q := &fakeQueue{pushResult: delayqueue.PushResult{Status: delayqueue.PushReplaced}}
+	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", `{"topic":"t","id":"1","ttr":1}`)
+	if want := `{"code":0,"message":"pushed, replacing the job with the same id","data":null}` + "\n"; resp.raw != want {
+		t.Fatalf("answer %s, want %s", resp.raw, want)
+	}
+}

@@ -17,7 +17,7 @@ import (
 // Queue is the part of the engine the HTTP layer needs. *delayqueue.Queue
 // satisfies it; tests use a fake.
 type Queue interface {
-	Push(ctx context.Context, job delayqueue.Job) error
+	Push(ctx context.Context, job delayqueue.Job) (delayqueue.PushResult, error)
 	Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error)
 	Finish(ctx context.Context, id string) error
 	Delete(ctx context.Context, id string) error
