@@ -232,4 +232,3 @@ func (q *Queue) noteRedis(err error) {
 		q.log.Error("redis is unreachable", "err", err)
 	}
 }
-

@@ -16,7 +16,7 @@ import (
 // a dispatch loop checks it out to claim a job on its behalf.
 type waiter struct {
 	topics []string
-	count  int // jobs wanted at most
+	count  int            // jobs wanted at most
 	result chan popResult // buffered; the dispatch loop sends exactly once per checkout that ends the wait
 	elems  map[string]*list.Element
 

@@ -81,7 +81,7 @@ func CheckServer(ctx context.Context, pool *redis.Pool) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer c.Close()
-	info, err := redis.String(c.Do("INFO", "server"))
+	info, err := redis.String(redis.DoWithTimeout(c, 5*time.Second, "INFO", "server"))
 	if err != nil {
 		return fmt.Errorf("%w: INFO server: %w", ErrUnavailable, err)
 	}

@@ -17,7 +17,7 @@ var scriptFiles embed.FS
 // FLUSH).
 type scripts struct {
 	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
-	kick, deadDelete, deadSweep, importLegacy                    *redis.Script
+	kick, deadDelete, deadSweep, importLegacy                     *redis.Script
 }
 
 func loadScripts() (scripts, error) {
