@@ -51,6 +51,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ShutdownTimeout bounds a graceful shutdown (shutdown_timeout, seconds).
 	ShutdownTimeout time.Duration
+	// DeadMaxPerTopic caps each topic's dead letters; the oldest are dropped
+	// (dead_max_per_topic).
+	DeadMaxPerTopic int
+	// DeadTTL is how long dead letters are kept (dead_ttl, seconds).
+	DeadTTL time.Duration
 	// LogLevel is the least severe level logged (log_level).
 	LogLevel slog.Level
 	// LogFormat is LogFormatText or LogFormatJSON (log_format).
@@ -99,6 +104,8 @@ func Default() Config {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       240 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
+		DeadMaxPerTopic:   10000,
+		DeadTTL:           7 * 24 * time.Hour,
 		LogLevel:          slog.LevelInfo,
 		LogFormat:         LogFormatText,
 		Redis: Redis{

@@ -24,6 +24,8 @@ func TestDefaultMatchesTheOriginal(t *testing.T) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       240 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
+		DeadMaxPerTopic:   10000,
+		DeadTTL:           7 * 24 * time.Hour,
 		LogLevel:          slog.LevelInfo,
 		LogFormat:         "text",
 		Redis: Redis{

@@ -100,6 +100,8 @@ func settingSetters() map[string]setter {
 		"read_header_timeout": durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }),
 		"idle_timeout":        durationSetting(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout }),
 		"shutdown_timeout":    durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+		"dead_max_per_topic":  intSetting(func(c *Config) *int { return &c.DeadMaxPerTopic }),
+		"dead_ttl":            durationSetting(time.Second, func(c *Config) *time.Duration { return &c.DeadTTL }),
 		"log_level":           logLevelSetting,
 		"log_format":          logFormatSetting,
 

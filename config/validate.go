@@ -72,6 +72,12 @@ func (c Config) Validate() error {
 			add("%s = %s: must be at least 1", d.key, seconds(d.value))
 		}
 	}
+	if c.DeadMaxPerTopic < 1 {
+		add("dead_max_per_topic = %d: must be at least 1", c.DeadMaxPerTopic)
+	}
+	if c.DeadTTL < time.Second {
+		add("dead_ttl = %s: must be at least 1", seconds(c.DeadTTL))
+	}
 	if c.LogFormat != LogFormatText && c.LogFormat != LogFormatJSON {
 		add("log_format = %q: must be %s or %s", c.LogFormat, LogFormatText, LogFormatJSON)
 	}

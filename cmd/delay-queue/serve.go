@@ -58,12 +58,14 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 
 	queue, err := delayqueue.New(pool, delayqueue.Options{
-		BucketSize:   cfg.BucketSize,
-		BucketName:   cfg.BucketName,
-		QueueName:    cfg.QueueName,
-		KeyPrefix:    cfg.KeyPrefix,
-		BlockTimeout: cfg.QueueBlockTimeout,
-		Dial:         redisOpts.Dial,
+		BucketSize:      cfg.BucketSize,
+		BucketName:      cfg.BucketName,
+		QueueName:       cfg.QueueName,
+		KeyPrefix:       cfg.KeyPrefix,
+		BlockTimeout:    cfg.QueueBlockTimeout,
+		DeadMaxPerTopic: cfg.DeadMaxPerTopic,
+		DeadTTL:         cfg.DeadTTL,
+		Dial:            redisOpts.Dial,
 	}, logger)
 	if err != nil {
 		return fmt.Errorf("create queue: %w", err)
