@@ -98,8 +98,7 @@ func (b *bench) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		b.logger.Info("phase start", "phase", name)
-		start := time.Now()
+		profile := b.startProfile()
 		err := phases[name](ctx)
 		if err != nil {
 			b.logger.Error("phase failed", "phase", name, "err", err)
@@ -107,7 +106,7 @@ func (b *bench) run(ctx context.Context) error {
 			failed = append(failed, name)
 			continue
 		}
-		b.logger.Info("phase done", "phase", name, "took", time.Since(start).Round(time.Millisecond))
+		b.logProfile(name, profile)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("phases failed: %s", strings.Join(failed, ", "))

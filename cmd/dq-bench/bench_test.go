@@ -250,3 +250,36 @@ func TestForEachRunsEveryIndexOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestParseProcStatCPU(t *testing.T) {
+	tests := []struct {
+		name    string
+		stat    string
+		want    float64
+		wantErr bool
+	}{
+		{"plain", "4242 (delay-queue) S 1 4242 4242 0 -1 4194560 900 0 0 0 150 50 0 0 20 0 9 0", 2, false},
+		{"name with spaces and parens", "7 (a (b) c) R 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0", 0.07, false},
+		{"short", "7 (x) R 1 7", 0, true},
+		{"no name", "garbage", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseProcStatCPU(tt.stat)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("parseProcStatCPU = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseCommandStats(t *testing.T) {
+	info := "# Commandstats\r\n" +
+		"cmdstat_blpop:calls=5,usec=10,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=100,usec=900,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n"
+	got := parseCommandStats(info)
+	want := []commandStat{{"evalsha", 100, 900}, {"blpop", 5, 10}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("parseCommandStats = %+v, want %+v", got, want)
+	}
+}

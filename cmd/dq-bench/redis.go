@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,4 +120,102 @@ func countOtherClients(list string) int {
 		}
 	}
 	return count
+}
+
+// resetStats clears Redis' command statistics (CONFIG RESETSTAT), so that
+// INFO commandstats afterwards covers one phase.
+func (r *redisInspector) resetStats() error {
+	if _, err := r.conn.Do("CONFIG", "RESETSTAT"); err != nil {
+		return fmt.Errorf("CONFIG RESETSTAT: %w", err)
+	}
+	return nil
+}
+
+// commandStat is one line of INFO commandstats.
+type commandStat struct {
+	name  string
+	calls int64
+	usec  int64
+}
+
+// commandStats reads INFO commandstats, busiest command first.
+func (r *redisInspector) commandStats() ([]commandStat, error) {
+	info, err := redis.String(r.conn.Do("INFO", "commandstats"))
+	if err != nil {
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	return parseCommandStats(info), nil
+}
+
+// parseCommandStats reads lines like
+// "cmdstat_evalsha:calls=10,usec=55,usec_per_call=5.50,...".
+func parseCommandStats(info string) []commandStat {
+	var stats []commandStat
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		name, ok = strings.CutPrefix(name, "cmdstat_")
+		if !ok {
+			continue
+		}
+		stat := commandStat{name: name}
+		for _, field := range strings.Split(fields, ",") {
+			key, value, _ := strings.Cut(field, "=")
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil {
+				continue
+			}
+			switch key {
+			case "calls":
+				stat.calls = n
+			case "usec":
+				stat.usec = n
+			}
+		}
+		stats = append(stats, stat)
+	}
+	slices.SortFunc(stats, func(a, b commandStat) int { return cmp.Compare(b.usec, a.usec) })
+	return stats
+}
+
+// cpuSeconds is INFO cpu's used_cpu_user + used_cpu_sys of the Redis
+// process.
+func (r *redisInspector) cpuSeconds() (float64, error) {
+	info, err := redis.String(r.conn.Do("INFO", "cpu"))
+	if err != nil {
+		return 0, fmt.Errorf("INFO cpu: %w", err)
+	}
+	var total float64
+	for _, key := range []string{"used_cpu_user", "used_cpu_sys"} {
+		value, ok := infoField(info, key)
+		if !ok {
+			return 0, fmt.Errorf("INFO cpu has no %s field", key)
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu: %s %q: %w", key, value, err)
+		}
+		total += v
+	}
+	return total, nil
+}
+
+// connectionsReceived is INFO stats' total_connections_received: how many
+// connections Redis has accepted since it started.
+func (r *redisInspector) connectionsReceived() (int64, error) {
+	info, err := redis.String(r.conn.Do("INFO", "stats"))
+	if err != nil {
+		return 0, fmt.Errorf("INFO stats: %w", err)
+	}
+	value, ok := infoField(info, "total_connections_received")
+	if !ok {
+		return 0, fmt.Errorf("INFO stats has no total_connections_received field")
+	}
+	n, err := strconv.ParseInt(value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("INFO stats: total_connections_received %q: %w", value, err)
+	}
+	return n, nil
 }
