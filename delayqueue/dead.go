@@ -65,7 +65,7 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 	if id == "" && (count < 1 || count > MaxDeadPage) {
 		return nil, fmt.Errorf("dead kick: %w: count must be 1 to %d", ErrInvalidJob, MaxDeadPage)
 	}
-	kicked, err := redis.Strings(q.eval(ctx, q.scripts.kick, nil, topic, id, count))
+	kicked, err := redis.Strings(q.evalAck(ctx, q.scripts.kick, nil, topic, id, count))
 	if err != nil {
 		return nil, fmt.Errorf("dead kick %s: %w", topic, err)
 	}
@@ -77,7 +77,7 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
 	total := 0
 	for {
-		n, err := redis.Int(q.eval(ctx, q.scripts.deadDelete, nil, topic, id, MaxDeadPage))
+		n, err := redis.Int(q.evalAck(ctx, q.scripts.deadDelete, nil, topic, id, MaxDeadPage))
 		if err != nil {
 			return total, fmt.Errorf("dead delete %s: %w", topic, err)
 		}

@@ -34,6 +34,10 @@ type Options struct {
 	DeadMaxPerTopic int
 	// DeadTTL is how long dead letters are kept; 0 means 7 days.
 	DeadTTL time.Duration
+	// WaitReplicas, when above 0, makes every acknowledged change wait
+	// (Redis WAIT) until that many replicas have it, for up to WaitTimeout.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 const (
@@ -93,6 +97,9 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 	}
 	if opts.DeadTTL <= 0 {
 		opts.DeadTTL = defaultDeadTTL
+	}
+	if opts.WaitReplicas > 0 && opts.WaitTimeout <= 0 {
+		opts.WaitTimeout = time.Second
 	}
 	if opts.BlockTimeout <= 0 {
 		opts.BlockTimeout = 178 * time.Second
@@ -196,7 +203,7 @@ func (q *Queue) withConn(ctx context.Context, f func(redis.Conn) error) error {
 			return err
 		}
 		q.noteRedis(err)
-		if errors.Is(err, ErrInvalidJob) || errors.Is(err, context.Canceled) {
+		if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) || errors.Is(err, context.Canceled) {
 			return err
 		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

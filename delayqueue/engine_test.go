@@ -521,3 +521,16 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
+	srv := redistest.Start(t)
+	q := newTestQueue(t, srv.Addr, func(o *Options) {
+		o.WaitReplicas = 1
+		o.WaitTimeout = 50 * time.Millisecond
+	})
+	// No replica is attached: the push is made but cannot be acknowledged.
+	_, err := q.Push(context.Background(), Job{Topic: "w", ID: "w1", TTR: time.Second})
+	if !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("push without a replica: %v, want ErrNotReplicated", err)
+	}
+}

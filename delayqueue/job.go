@@ -69,7 +69,7 @@ func (q *Queue) removeJobs(ctx context.Context, op string, script *redis.Script,
 		}
 		args[i] = id
 	}
-	reply, err := redis.Int64s(q.eval(ctx, script, nil, args...))
+	reply, err := redis.Int64s(q.evalAck(ctx, script, nil, args...))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
 	}
@@ -102,7 +102,7 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 	if id == "" {
 		return "", time.Time{}, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
 	}
-	reply, err := redis.Values(q.eval(ctx, script, nil, append([]any{id}, args...)...))
+	reply, err := redis.Values(q.evalAck(ctx, script, nil, append([]any{id}, args...)...))
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}

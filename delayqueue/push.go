@@ -95,7 +95,7 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 		args = append(args, job.ID, job.Topic, job.Delay.Milliseconds(), int64(job.TTR/time.Second), job.Body,
 			q.keys.bucketNumber(job.ID), retryCSV(job.Retry), job.MaxAttempts, boolArg(job.IfAbsent))
 	}
-	reply, err := redis.Int64s(q.eval(ctx, q.scripts.push, nil, args...))
+	reply, err := redis.Int64s(q.evalAck(ctx, q.scripts.push, nil, args...))
 	if err != nil {
 		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, err)
 	}

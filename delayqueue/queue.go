@@ -50,6 +50,9 @@ var (
 	// ErrStaleDelivery reports a release or touch carrying an attempt number
 	// that is not the job's current delivery.
 	ErrStaleDelivery = errors.New("stale delivery")
+	// ErrNotReplicated reports a change Redis made but could not copy to
+	// the replicas asked for in time: the client should retry it.
+	ErrNotReplicated = errors.New("change not acknowledged by enough redis replicas")
 )
 
 // Job is what a producer pushes.

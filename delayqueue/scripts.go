@@ -71,6 +71,19 @@ func (s scripts) loadAll(c redis.Conn) error {
 // eval runs script with keys, the ARGV header every script expects (see
 // scripts/lib.lua) and args.
 func (q *Queue) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return q.evalScript(ctx, false, script, keys, args...)
+}
+
+// evalAck is eval for changes acknowledged to a client (push, finish,
+// delete, release, kick...): with Options.WaitReplicas set, it also waits
+// until that many replicas have the change, and fails with
+// ErrNotReplicated when they don't in time, so that the client retries
+// rather than trusting a change a failover could lose.
+func (q *Queue) evalAck(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	return q.evalScript(ctx, q.opts.WaitReplicas > 0, script, keys, args...)
+}
+
+func (q *Queue) evalScript(ctx context.Context, wait bool, script *redis.Script, keys []string, args ...any) (any, error) {
 	all := make([]any, 0, len(keys)+8+len(args))
 	for _, k := range keys {
 		all = append(all, k)
@@ -82,7 +95,17 @@ func (q *Queue) eval(ctx context.Context, script *redis.Script, keys []string, a
 	err := q.withConn(ctx, func(c redis.Conn) error {
 		var err error
 		reply, err = script.Do(c, all...)
-		return err
+		if err != nil || !wait {
+			return err
+		}
+		acked, err := redis.Int(c.Do("WAIT", q.opts.WaitReplicas, q.opts.WaitTimeout.Milliseconds()))
+		if err != nil {
+			return err
+		}
+		if acked < q.opts.WaitReplicas {
+			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, q.opts.WaitReplicas, q.opts.WaitTimeout)
+		}
+		return nil
 	})
 	return reply, err
 }
