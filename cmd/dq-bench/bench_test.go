@@ -4,14 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestPercentile(t *testing.T) {
@@ -281,5 +288,125 @@ func TestParseCommandStats(t *testing.T) {
 	want := []commandStat{{"evalsha", 100, 900}, {"blpop", 5, 10}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("parseCommandStats = %+v, want %+v", got, want)
+	}
+}
+
+// fakeQueue is an in-memory server with or without the lifecycle issue's
+// batch forms, enough for probeBatches.
+type fakeQueue struct {
+	batches bool
+	mu      sync.Mutex
+	jobs    map[string]string // id -> topic
+	ready   []string
+}
+
+func (f *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Topic string    `json:"topic"`
+		ID    string    `json:"id"`
+		Jobs  []pushJob `json:"jobs"`
+		IDs   []string  `json:"ids"`
+		Count *int      `json:"count"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		fmt.Fprintf(w, `{"code":1,"message":%q,"data":null}`, err.Error())
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	answer := func(data any) {
+		raw, _ := json.Marshal(data)
+		fmt.Fprintf(w, `{"code":0,"message":"ok","data":%s}`, raw)
+	}
+	fail := func() { io.WriteString(w, `{"code":1,"message":"id is required","data":null}`) }
+	switch r.URL.Path {
+	case "/push":
+		jobs := []pushJob{{Topic: req.Topic, ID: req.ID}}
+		if f.batches && req.Jobs != nil {
+			jobs = req.Jobs
+		}
+		for _, j := range jobs {
+			if j.ID == "" || j.Topic == "" {
+				fail()
+				return
+			}
+		}
+		for _, j := range jobs {
+			f.jobs[j.ID] = j.Topic
+			f.ready = append(f.ready, j.ID)
+		}
+		answer(nil)
+	case "/get":
+		if _, ok := f.jobs[req.ID]; !ok {
+			answer(nil)
+			return
+		}
+		answer(map[string]string{"id": req.ID})
+	case "/pop":
+		n := 1
+		if f.batches && req.Count != nil {
+			n = *req.Count
+		}
+		var got []delivery
+		for len(got) < n && len(f.ready) > 0 {
+			got = append(got, delivery{ID: f.ready[0], Topic: req.Topic})
+			f.ready = f.ready[1:]
+		}
+		switch {
+		case f.batches && req.Count != nil:
+			answer(got)
+		case len(got) == 0:
+			answer(nil)
+		default:
+			answer(got[0])
+		}
+	case "/finish":
+		ids := []string{req.ID}
+		if f.batches && req.IDs != nil {
+			ids = req.IDs
+		}
+		if slices.Contains(ids, "") {
+			fail()
+			return
+		}
+		for _, id := range ids {
+			delete(f.jobs, id)
+		}
+		answer(nil)
+	}
+}
+
+func TestProbeBatches(t *testing.T) {
+	redisServer := redistest.Start(t)
+	tests := []struct {
+		name    string
+		batches bool
+		want    bool
+	}{
+		{"server without batches", false, false},
+		{"server with batches", true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(&fakeQueue{batches: tt.batches, jobs: map[string]string{}})
+			t.Cleanup(srv.Close)
+			var stderr bytes.Buffer
+			b, err := newBench(settings{serverURL: srv.URL, redisAddr: redisServer.Addr, redisDB: 1, clients: 2},
+				io.Discard, slog.New(slog.NewTextHandler(&stderr, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.close)
+			support, err := b.probeBatches(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := support.push == nil; got != tt.want {
+				t.Errorf("push batch supported = %v (%v), want %v", got, support.push, tt.want)
+			}
+			if got := support.pop == nil; got != tt.want {
+				t.Errorf("pop batch supported = %v (%v), want %v", got, support.pop, tt.want)
+			}
+		})
 	}
 }
