@@ -1,0 +1,279 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Push adds a job, or replaces the job with the same id (rescheduling it,
+// whatever its state). With job.IfAbsent, an existing job is left alone
+// and existed reports it; without, existed is always false.
+func (c *Client) Push(ctx context.Context, job PushJob) (existed bool, err error) {
+	var data *struct {
+		Exists bool `json:"exists"`
+	}
+	if err := c.Call(ctx, "/push", job, &data); err != nil {
+		return false, err
+	}
+	return data != nil && data.Exists, nil
+}
+
+// PushBatch pushes 1 to 1000 jobs in one request, all or nothing. When any
+// job is invalid nothing is stored, and InvalidJobs(err) lists the bad ones.
+// The results are in input order.
+func (c *Client) PushBatch(ctx context.Context, jobs []PushJob) ([]PushResult, error) {
+	var results []PushResult
+	err := c.Call(ctx, "/push", struct {
+		Jobs []PushJob `json:"jobs"`
+	}{jobs}, &results)
+	return results, err
+}
+
+// popRequest is the body of /pop.
+type popRequest struct {
+	Topic   string `json:"topic"`
+	Timeout int64  `json:"timeout"`
+	Count   int    `json:"count,omitempty"`
+}
+
+// newPopRequest joins the topics and turns hold into whole seconds,
+// rounded up so that a short hold still waits.
+func newPopRequest(topics []string, hold time.Duration, count int) (popRequest, error) {
+	if len(topics) == 0 {
+		return popRequest{}, errors.New("/pop: no topic given")
+	}
+	if hold < 0 {
+		hold = 0
+	}
+	return popRequest{Topic: strings.Join(topics, ","), Timeout: secondsUp(hold), Count: count}, nil
+}
+
+// popTimeout is how long a pop holding for hold may take in all: the hold
+// plus the ordinary request timeout, so the server always answers first.
+func (c *Client) popTimeout(path string, timeoutSeconds int64) (time.Duration, error) {
+	hold := time.Duration(timeoutSeconds) * time.Second
+	total := hold + c.requestTimeout
+	if c.http.Timeout > 0 && c.http.Timeout <= hold {
+		return 0, fmt.Errorf("%s: the http.Client's Timeout (%v) would cut a hold of %v: leave it at zero", path, c.http.Timeout, hold)
+	}
+	return total, nil
+}
+
+// Pop waits up to hold (whole seconds, rounded up; at most the server's
+// queue_block_timeout) for a job of one of topics, the first listed topic
+// winning when several have one. It returns (nil, nil) when the hold ends
+// with no job. The job is reserved for its TTR.
+func (c *Client) Pop(ctx context.Context, topics []string, hold time.Duration) (*Job, error) {
+	req, err := newPopRequest(topics, hold, 0)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := c.popTimeout("/pop", req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	var job *Job
+	if err := c.call(ctx, "/pop", req, &job, timeout); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// PopN waits up to hold for at least one job of the topics, then returns
+// up to count (1 to 100) that could be claimed at once. An empty slice means
+// the hold ended with no job.
+func (c *Client) PopN(ctx context.Context, topics []string, count int, hold time.Duration) ([]Job, error) {
+	if count < 1 {
+		return nil, fmt.Errorf("/pop: count must be at least 1, got %d", count)
+	}
+	req, err := newPopRequest(topics, hold, count)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := c.popTimeout("/pop", req.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	jobs := []Job{}
+	if err := c.call(ctx, "/pop", req, &jobs, timeout); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+type idRequest struct {
+	ID string `json:"id"`
+}
+
+type idsRequest struct {
+	IDs []string `json:"ids"`
+}
+
+// Finish marks a delivered job done for good. An unknown id is not an
+// error; a dead-lettered job is (APIError "job is dead-lettered").
+func (c *Client) Finish(ctx context.Context, id string) error {
+	return c.Call(ctx, "/finish", idRequest{id}, nil)
+}
+
+// FinishIDs finishes 1 to 1000 jobs. When some are dead-lettered, it
+// returns both the result (the others are finished) and an *APIError.
+func (c *Client) FinishIDs(ctx context.Context, ids []string) (FinishResult, error) {
+	var result FinishResult
+	err := c.Call(ctx, "/finish", idsRequest{ids}, &result)
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && len(apiErr.Data) > 0 {
+		// A partial refusal still reports what was done.
+		_ = json.Unmarshal(apiErr.Data, &result)
+	}
+	return result, err
+}
+
+// Delete removes a job in any state. An unknown id is not an error.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.Call(ctx, "/delete", idRequest{id}, nil)
+}
+
+// DeleteIDs removes 1 to 1000 jobs and returns how many existed.
+func (c *Client) DeleteIDs(ctx context.Context, ids []string) (int, error) {
+	var data struct {
+		Deleted int `json:"deleted"`
+	}
+	err := c.Call(ctx, "/delete", idsRequest{ids}, &data)
+	return data.Deleted, err
+}
+
+// Get returns a job's stored view, or (nil, nil) for an unknown id.
+func (c *Client) Get(ctx context.Context, id string) (*JobInfo, error) {
+	var info *JobInfo
+	if err := c.Call(ctx, "/get", idRequest{id}, &info); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// Release gives a reserved job back: this delivery ends as failed, and the
+// job is due again after its retry schedule's next wait (or opts.Delay), or
+// dead-lettered when its attempts ran out.
+func (c *Client) Release(ctx context.Context, id string, opts ReleaseOptions) (ReleaseResult, error) {
+	req := struct {
+		ID      string `json:"id"`
+		Delay   *int64 `json:"delay,omitempty"`
+		Attempt int    `json:"attempt,omitempty"`
+	}{ID: id, Attempt: opts.Attempt}
+	if opts.Delay != nil {
+		req.Delay = new(secondsUp(max(*opts.Delay, 0)))
+	}
+	var result ReleaseResult
+	err := c.Call(ctx, "/release", req, &result)
+	return result, err
+}
+
+// Touch extends a reserved job's lease to now + its ttr and returns the
+// new end of the lease. attempt is the delivery's receipt (0 to leave it
+// out): the server refuses a touch of a later delivery.
+func (c *Client) Touch(ctx context.Context, id string, attempt int) (time.Time, error) {
+	req := struct {
+		ID      string `json:"id"`
+		Attempt int    `json:"attempt,omitempty"`
+	}{id, attempt}
+	var data struct {
+		LeaseUntil   int64 `json:"lease_until"`
+		LeaseUntilMS int64 `json:"lease_until_ms"`
+	}
+	if err := c.Call(ctx, "/touch", req, &data); err != nil {
+		return time.Time{}, err
+	}
+	return timeOf(data.LeaseUntil, data.LeaseUntilMS), nil
+}
+
+// Stats counts jobs per state for topic, or for every topic when topic is "".
+func (c *Client) Stats(ctx context.Context, topic string) (map[string]TopicStats, error) {
+	req := struct {
+		Topic string `json:"topic,omitempty"`
+	}{topic}
+	stats := map[string]TopicStats{}
+	if err := c.Call(ctx, "/stats", req, &stats); err != nil {
+		return nil, err
+	}
+	return stats, nil
+}
+
+// Topics lists the topics that have jobs, sorted.
+func (c *Client) Topics(ctx context.Context) ([]string, error) {
+	topics := []string{}
+	if err := c.Call(ctx, "/topics", struct{}{}, &topics); err != nil {
+		return nil, err
+	}
+	return topics, nil
+}
+
+// DeadList returns a page of topic's dead letters, newest first. limit is
+// 1 to 1000 (0 means the server's default, 50).
+func (c *Client) DeadList(ctx context.Context, topic string, offset, limit int) (DeadPage, error) {
+	req := struct {
+		Topic  string `json:"topic"`
+		Offset int    `json:"offset,omitempty"`
+		Limit  int    `json:"limit,omitempty"`
+	}{topic, offset, limit}
+	page := DeadPage{Jobs: []DeadJob{}}
+	err := c.Call(ctx, "/dead/list", req, &page)
+	return page, err
+}
+
+// DeadKick moves one dead-lettered job of topic back to ready, with its
+// attempts reset, and returns the ids kicked (none when id is not there).
+func (c *Client) DeadKick(ctx context.Context, topic, id string) ([]string, error) {
+	return c.deadKick(ctx, struct {
+		Topic string `json:"topic"`
+		ID    string `json:"id"`
+	}{topic, id})
+}
+
+// DeadKickOldest moves the count (1 to 1000) oldest dead letters of topic
+// back to ready and returns their ids.
+func (c *Client) DeadKickOldest(ctx context.Context, topic string, count int) ([]string, error) {
+	return c.deadKick(ctx, struct {
+		Topic string `json:"topic"`
+		Count int    `json:"count"`
+	}{topic, count})
+}
+
+func (c *Client) deadKick(ctx context.Context, req any) ([]string, error) {
+	var data struct {
+		Kicked []string `json:"kicked"`
+	}
+	err := c.Call(ctx, "/dead/kick", req, &data)
+	if data.Kicked == nil {
+		data.Kicked = []string{}
+	}
+	return data.Kicked, err
+}
+
+// DeadDelete removes one dead letter of topic and returns how many were
+// removed (0 or 1).
+func (c *Client) DeadDelete(ctx context.Context, topic, id string) (int, error) {
+	return c.deadDelete(ctx, struct {
+		Topic string `json:"topic"`
+		ID    string `json:"id"`
+	}{topic, id})
+}
+
+// DeadDeleteAll removes every dead letter of topic and returns how many.
+func (c *Client) DeadDeleteAll(ctx context.Context, topic string) (int, error) {
+	return c.deadDelete(ctx, struct {
+		Topic string `json:"topic"`
+		All   bool   `json:"all"`
+	}{topic, true})
+}
+
+func (c *Client) deadDelete(ctx context.Context, req any) (int, error) {
+	var data struct {
+		Deleted int `json:"deleted"`
+	}
+	err := c.Call(ctx, "/dead/delete", req, &data)
+	return data.Deleted, err
+}

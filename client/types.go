@@ -1,0 +1,404 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Job states, as the server reports them in /get and /stats.
+const (
+	StateDelay    = "delay"
+	StateReady    = "ready"
+	StateReserved = "reserved"
+	StateDead     = "dead"
+)
+
+// Statuses of a job in a batch push result.
+const (
+	PushCreated  = "created"
+	PushReplaced = "replaced"
+	PushExists   = "exists" // if_absent was set and the id existed: nothing changed
+)
+
+// PushJob is a job to push. Its JSON form is the API's: durations travel as
+// whole seconds ("delay", "ttr", "retry"), except a Delay with a fraction of
+// a second, which travels as "delay_ms". Durations between whole seconds
+// are rounded up (a job is never made due earlier than asked).
+type PushJob struct {
+	Topic string
+	ID    string
+	// Delay before the job is ready; 0 means now.
+	Delay time.Duration
+	// TTR is how long one delivery may last before the job is delivered
+	// again (1 s to 24 h).
+	TTR  time.Duration
+	Body string
+	// Retry is the schedule of waits before each redelivery, such as
+	// 2m, 10m, 10m, 1h. Without one, a failed delivery is ready again at
+	// once.
+	Retry []time.Duration
+	// MaxAttempts limits deliveries: 0 means unlimited without a schedule,
+	// len(Retry)+1 with one.
+	MaxAttempts int
+	// IfAbsent leaves an existing job with the same id untouched.
+	IfAbsent bool
+}
+
+// pushJobWire is PushJob on the wire.
+type pushJobWire struct {
+	Topic       string  `json:"topic"`
+	ID          string  `json:"id"`
+	Delay       *int64  `json:"delay,omitempty"`
+	DelayMS     *int64  `json:"delay_ms,omitempty"`
+	TTR         int64   `json:"ttr"`
+	Body        string  `json:"body"`
+	Retry       []int64 `json:"retry,omitempty"`
+	MaxAttempts int     `json:"max_attempts,omitempty"`
+	IfAbsent    bool    `json:"if_absent,omitempty"`
+}
+
+// MarshalJSON writes the job as the API's /push object.
+func (j PushJob) MarshalJSON() ([]byte, error) {
+	w := pushJobWire{
+		Topic:       j.Topic,
+		ID:          j.ID,
+		TTR:         secondsUp(j.TTR),
+		Body:        j.Body,
+		MaxAttempts: j.MaxAttempts,
+		IfAbsent:    j.IfAbsent,
+	}
+	if j.Delay%time.Second == 0 {
+		w.Delay = new(int64(j.Delay / time.Second))
+	} else {
+		w.DelayMS = new(millisUp(j.Delay))
+	}
+	for _, wait := range j.Retry {
+		w.Retry = append(w.Retry, secondsUp(wait))
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads an API /push object, such as a line of a JSON-lines
+// file: "delay" in seconds or "delay_ms" (which wins), "ttr" and "retry" in
+// seconds. Numbers must be integers.
+func (j *PushJob) UnmarshalJSON(data []byte) error {
+	var w pushJobWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*j = PushJob{
+		Topic:       w.Topic,
+		ID:          w.ID,
+		TTR:         time.Duration(w.TTR) * time.Second,
+		Body:        w.Body,
+		MaxAttempts: w.MaxAttempts,
+		IfAbsent:    w.IfAbsent,
+	}
+	switch {
+	case w.DelayMS != nil:
+		j.Delay = time.Duration(*w.DelayMS) * time.Millisecond
+	case w.Delay != nil:
+		j.Delay = time.Duration(*w.Delay) * time.Second
+	}
+	for _, wait := range w.Retry {
+		j.Retry = append(j.Retry, time.Duration(wait)*time.Second)
+	}
+	return nil
+}
+
+// PushResult is the outcome of one job of a batch push.
+type PushResult struct {
+	ID     string `json:"id"`
+	Status string `json:"status"` // PushCreated, PushReplaced or PushExists
+}
+
+// InvalidJob names a job of a rejected batch push and what is wrong with it.
+type InvalidJob struct {
+	Index   int    `json:"index"` // position in the batch, from 0
+	ID      string `json:"id"`
+	Message string `json:"message"`
+}
+
+// InvalidJobs returns the bad jobs listed by a batch push the server
+// rejected, or nil when err is not such a rejection. Nothing of a rejected
+// batch was stored.
+func InvalidJobs(err error) []InvalidJob {
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Endpoint != "/push" || len(apiErr.Data) == 0 {
+		return nil
+	}
+	var bad []InvalidJob
+	if json.Unmarshal(apiErr.Data, &bad) != nil {
+		return nil
+	}
+	return bad
+}
+
+// Job is a delivered job, as /pop returns it. The job stays reserved for
+// TTR: finish it, release it, or touch it to keep it longer. Attempts
+// counts deliveries, this one included; pass it to Release and Touch as the
+// delivery's receipt.
+type Job struct {
+	ID       string
+	Topic    string
+	Body     string
+	TTR      time.Duration
+	Attempts int
+}
+
+type jobWire struct {
+	ID       string `json:"id"`
+	Body     string `json:"body"`
+	Topic    string `json:"topic"`
+	TTR      int64  `json:"ttr"`
+	Attempts int    `json:"attempts"`
+}
+
+// MarshalJSON writes the job as /pop answers it (ttr in seconds).
+func (j Job) MarshalJSON() ([]byte, error) {
+	return json.Marshal(jobWire{ID: j.ID, Body: j.Body, Topic: j.Topic, TTR: secondsUp(j.TTR), Attempts: j.Attempts})
+}
+
+// UnmarshalJSON reads a job as /pop answers it.
+func (j *Job) UnmarshalJSON(data []byte) error {
+	var w jobWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*j = Job{ID: w.ID, Topic: w.Topic, Body: w.Body, TTR: time.Duration(w.TTR) * time.Second, Attempts: w.Attempts}
+	return nil
+}
+
+// JobInfo is the stored view of a job, as /get answers it. Times the server
+// did not report are zero.
+type JobInfo struct {
+	Topic string
+	ID    string
+	Body  string
+	TTR   time.Duration
+	// Due is when the job was (or will be) first ready.
+	Due         time.Time
+	State       string // StateDelay, StateReady, StateReserved or StateDead
+	Attempts    int
+	CreatedAt   time.Time
+	MaxAttempts int
+	Retry       []time.Duration
+	// LeaseUntil is the end of the current delivery, for a reserved job.
+	LeaseUntil time.Time
+	// DeadReason and DeadAt are set for a dead-lettered job.
+	DeadReason string
+	DeadAt     time.Time
+}
+
+type jobInfoWire struct {
+	Topic        string  `json:"topic"`
+	ID           string  `json:"id"`
+	Delay        int64   `json:"delay"`
+	TTR          int64   `json:"ttr"`
+	Body         string  `json:"body"`
+	DelayMS      int64   `json:"delay_ms"`
+	State        string  `json:"state"`
+	Attempts     int     `json:"attempts"`
+	CreatedAt    int64   `json:"created_at"`
+	CreatedAtMS  int64   `json:"created_at_ms"`
+	MaxAttempts  int     `json:"max_attempts"`
+	Retry        []int64 `json:"retry"`
+	LeaseUntil   int64   `json:"lease_until,omitempty"`
+	LeaseUntilMS int64   `json:"lease_until_ms,omitempty"`
+	DeadReason   string  `json:"dead_reason,omitempty"`
+	DeadAt       int64   `json:"dead_at,omitempty"`
+	DeadAtMS     int64   `json:"dead_at_ms,omitempty"`
+}
+
+// MarshalJSON writes the job as /get answers it.
+func (j JobInfo) MarshalJSON() ([]byte, error) {
+	w := jobInfoWire{
+		Topic:       j.Topic,
+		ID:          j.ID,
+		TTR:         secondsUp(j.TTR),
+		Body:        j.Body,
+		State:       j.State,
+		Attempts:    j.Attempts,
+		MaxAttempts: j.MaxAttempts,
+		Retry:       []int64{},
+		DeadReason:  j.DeadReason,
+	}
+	w.Delay, w.DelayMS = unixPair(j.Due)
+	w.CreatedAt, w.CreatedAtMS = unixPair(j.CreatedAt)
+	w.LeaseUntil, w.LeaseUntilMS = unixPair(j.LeaseUntil)
+	w.DeadAt, w.DeadAtMS = unixPair(j.DeadAt)
+	for _, wait := range j.Retry {
+		w.Retry = append(w.Retry, secondsUp(wait))
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a job as /get answers it.
+func (j *JobInfo) UnmarshalJSON(data []byte) error {
+	var w jobInfoWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*j = JobInfo{
+		Topic:       w.Topic,
+		ID:          w.ID,
+		Body:        w.Body,
+		TTR:         time.Duration(w.TTR) * time.Second,
+		Due:         timeOf(w.Delay, w.DelayMS),
+		State:       w.State,
+		Attempts:    w.Attempts,
+		CreatedAt:   timeOf(w.CreatedAt, w.CreatedAtMS),
+		MaxAttempts: w.MaxAttempts,
+		LeaseUntil:  timeOf(w.LeaseUntil, w.LeaseUntilMS),
+		DeadReason:  w.DeadReason,
+		DeadAt:      timeOf(w.DeadAt, w.DeadAtMS),
+	}
+	for _, wait := range w.Retry {
+		j.Retry = append(j.Retry, time.Duration(wait)*time.Second)
+	}
+	return nil
+}
+
+// ReleaseOptions are the optional fields of a release.
+type ReleaseOptions struct {
+	// Delay, when set, replaces the wait the job's retry schedule would
+	// give (new(30*time.Second) makes the job due in 30 s; new(time.Duration(0))
+	// makes it ready now). Rounded up to whole seconds.
+	Delay *time.Duration
+	// Attempt is the delivery's receipt (Job.Attempts). When set, the server
+	// refuses the release if the job has been delivered again since.
+	Attempt int
+}
+
+// ReleaseResult says where a released job went.
+type ReleaseResult struct {
+	// State is StateDelay, StateReady, or StateDead when its attempts ran out.
+	State string
+	// Due is when the job is ready again (for StateDelay and StateReady).
+	Due time.Time
+}
+
+type releaseResultWire struct {
+	State string `json:"state"`
+	Due   int64  `json:"due"`
+	DueMS int64  `json:"due_ms"`
+}
+
+// MarshalJSON writes the result as /release answers it.
+func (r ReleaseResult) MarshalJSON() ([]byte, error) {
+	w := releaseResultWire{State: r.State}
+	w.Due, w.DueMS = unixPair(r.Due)
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads the result as /release answers it.
+func (r *ReleaseResult) UnmarshalJSON(data []byte) error {
+	var w releaseResultWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*r = ReleaseResult{State: w.State, Due: timeOf(w.Due, w.DueMS)}
+	return nil
+}
+
+// FinishResult is the outcome of a batch finish. Dead lists the ids the
+// server refused because they are dead-lettered; the others are finished.
+type FinishResult struct {
+	Finished int      `json:"finished"`
+	Dead     []string `json:"dead"`
+}
+
+// TopicStats counts a topic's jobs in each state.
+type TopicStats struct {
+	Delay    int64 `json:"delay"`
+	Ready    int64 `json:"ready"`
+	Reserved int64 `json:"reserved"`
+	Dead     int64 `json:"dead"`
+}
+
+// DeadJob is a dead-lettered job, as /dead/list answers it.
+type DeadJob struct {
+	ID        string
+	Topic     string
+	Body      string
+	Attempts  int
+	Reason    string // such as "ttr-expired" or "released"
+	DeadAt    time.Time
+	CreatedAt time.Time
+}
+
+type deadJobWire struct {
+	ID          string `json:"id"`
+	Topic       string `json:"topic"`
+	Body        string `json:"body"`
+	Attempts    int    `json:"attempts"`
+	Reason      string `json:"reason"`
+	DeadAt      int64  `json:"dead_at"`
+	DeadAtMS    int64  `json:"dead_at_ms"`
+	CreatedAt   int64  `json:"created_at"`
+	CreatedAtMS int64  `json:"created_at_ms"`
+}
+
+// MarshalJSON writes the job as /dead/list answers it.
+func (d DeadJob) MarshalJSON() ([]byte, error) {
+	w := deadJobWire{ID: d.ID, Topic: d.Topic, Body: d.Body, Attempts: d.Attempts, Reason: d.Reason}
+	w.DeadAt, w.DeadAtMS = unixPair(d.DeadAt)
+	w.CreatedAt, w.CreatedAtMS = unixPair(d.CreatedAt)
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a job as /dead/list answers it.
+func (d *DeadJob) UnmarshalJSON(data []byte) error {
+	var w deadJobWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*d = DeadJob{ID: w.ID, Topic: w.Topic, Body: w.Body, Attempts: w.Attempts, Reason: w.Reason,
+		DeadAt: timeOf(w.DeadAt, w.DeadAtMS), CreatedAt: timeOf(w.CreatedAt, w.CreatedAtMS)}
+	return nil
+}
+
+// DeadPage is one page of a topic's dead letters, newest first.
+type DeadPage struct {
+	Total int       `json:"total"` // dead letters of the topic, all pages
+	Jobs  []DeadJob `json:"jobs"`
+}
+
+// secondsUp converts d to whole seconds, rounding a positive fraction up.
+func secondsUp(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d > 0 && d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// millisUp converts d to whole milliseconds, rounding a positive fraction up.
+func millisUp(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d > 0 && d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
+
+// timeOf reads a time the API gives as unix seconds and milliseconds,
+// preferring the milliseconds; 0 (or absent) means unknown.
+func timeOf(seconds, millis int64) time.Time {
+	switch {
+	case millis != 0:
+		return time.UnixMilli(millis)
+	case seconds != 0:
+		return time.Unix(seconds, 0)
+	}
+	return time.Time{}
+}
+
+// unixPair is the inverse of timeOf.
+func unixPair(t time.Time) (seconds, millis int64) {
+	if t.IsZero() {
+		return 0, 0
+	}
+	return t.Unix(), t.UnixMilli()
+}
