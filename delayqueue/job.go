@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -89,7 +90,7 @@ func (q *Queue) Release(ctx context.Context, id string, delay *time.Duration, at
 		}
 		override = delay.Milliseconds()
 	}
-	return q.leaseChange(ctx, "release", q.scripts.release, id, override, attempt)
+	return q.leaseChange(ctx, "release", q.scripts.release, id, override, attempt, ReasonReleased)
 }
 
 // Touch extends a reserved job's lease to now + ttr and returns its end.
@@ -164,6 +165,15 @@ func jobInfoFromFields(id string, fields map[string]string) *JobInfo {
 	if dt, ok := fields["dt"]; ok {
 		info.DeadAt = time.UnixMilli(atoi(dt))
 	}
+	if cb := fields["cb"]; cb != "" {
+		var c Callback
+		if json.Unmarshal([]byte(cb), &c) == nil {
+			info.Callback = &c
+		}
+		info.LastStatus = int(atoi(fields["ls"]))
+		info.LastError = fields["le"]
+		info.LastResponse = fields["lb"]
+	}
 	if rt := fields["rt"]; rt != "" {
 		for _, p := range strings.Split(rt, ",") {
 			info.Retry = append(info.Retry, int(atoi(p)))
@@ -197,3 +207,5 @@ func atoi(s string) int64 {
 	}
 	return n
 }
+
+func jsonUnmarshalString(s string, v any) error { return json.Unmarshal([]byte(s), v) }

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -47,12 +48,17 @@ func ValidateJob(job Job) error {
 		return fmt.Errorf("%w: id must be 1 to %d bytes of UTF-8", ErrInvalidJob, MaxIDBytes)
 	case job.Delay < 0 || job.Delay > MaxDelay:
 		return fmt.Errorf("%w: delay must be between 0 and %d seconds", ErrInvalidJob, int64(MaxDelay/time.Second))
-	case job.TTR < time.Second || job.TTR > MaxTTR:
+	case job.Callback == nil && (job.TTR < time.Second || job.TTR > MaxTTR):
 		return fmt.Errorf("%w: ttr must be between 1 and %d seconds", ErrInvalidJob, int64(MaxTTR/time.Second))
 	case len(job.Retry) > MaxRetryEntries:
 		return fmt.Errorf("%w: retry must have at most %d entries", ErrInvalidJob, MaxRetryEntries)
 	case job.MaxAttempts < 0 || job.MaxAttempts > MaxMaxAttempts:
 		return fmt.Errorf("%w: max_attempts must be between 0 and %d", ErrInvalidJob, MaxMaxAttempts)
+	}
+	if job.Callback != nil {
+		if err := job.Callback.Validate(); err != nil {
+			return err
+		}
 	}
 	for i, r := range job.Retry {
 		if r < 0 || r > MaxRetrySeconds {
@@ -89,11 +95,23 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 		}
 		seen[job.ID] = i
 	}
-	args := make([]any, 0, 1+9*len(jobs))
+	args := make([]any, 0, 1+10*len(jobs))
 	args = append(args, len(jobs))
 	for _, job := range jobs {
-		args = append(args, job.ID, job.Topic, job.Delay.Milliseconds(), int64(job.TTR/time.Second), job.Body,
-			q.keys.bucketNumber(job.ID), retryCSV(job.Retry), job.MaxAttempts, boolArg(job.IfAbsent))
+		ttr, retry, callback := job.TTR, job.Retry, ""
+		if job.Callback != nil {
+			ttr, retry = callbackLease(job.Callback), job.Retry
+			if len(retry) == 0 && job.MaxAttempts == 0 {
+				retry = DefaultCallbackRetry
+			}
+			b, err := json.Marshal(job.Callback)
+			if err != nil {
+				return nil, fmt.Errorf("push %s: callback: %w", job.ID, err)
+			}
+			callback = string(b)
+		}
+		args = append(args, job.ID, job.Topic, job.Delay.Milliseconds(), int64(ttr/time.Second), job.Body,
+			q.keys.bucketNumber(job.ID), retryCSV(retry), job.MaxAttempts, boolArg(job.IfAbsent), callback)
 	}
 	reply, err := redis.Int64s(q.evalAck(ctx, q.scripts.push, nil, args...))
 	if err != nil {

@@ -21,6 +21,9 @@ const (
 const (
 	ReasonTTRExpired = "ttr-expired"
 	ReasonReleased   = "released"
+	// ReasonCallbackFailed: the webhook never answered 2xx within the job's
+	// attempts.
+	ReasonCallbackFailed = "callback-failed"
 )
 
 // Limits the engine enforces (the HTTP layer checks them first, with
@@ -71,6 +74,18 @@ type Job struct {
 	MaxAttempts int
 	// IfAbsent leaves an existing job with the same id alone.
 	IfAbsent bool
+	// Callback, when set, makes the server deliver the job by calling a URL
+	// instead of handing it to /pop.
+	Callback *Callback
+}
+
+// Callback is where and how a job with a webhook is delivered.
+type Callback struct {
+	URL             string            `json:"url"`
+	Method          string            `json:"method,omitempty"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	TimeoutSeconds  int               `json:"timeout,omitempty"`
+	FollowRedirects bool              `json:"follow_redirects,omitempty"`
 }
 
 // Delivery is a job handed to a consumer by Pop.
@@ -99,4 +114,9 @@ type JobInfo struct {
 	// DeadReason and DeadAt are set for dead-lettered jobs.
 	DeadReason string
 	DeadAt     time.Time
+	// Callback and the outcome of its last failed call, for webhook jobs.
+	Callback     *Callback
+	LastStatus   int
+	LastError    string
+	LastResponse string
 }

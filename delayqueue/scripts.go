@@ -17,7 +17,7 @@ var scriptFiles embed.FS
 // FLUSH).
 type scripts struct {
 	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
-	kick, deadDelete, deadSweep, importLegacy                     *redis.Script
+	kick, deadDelete, deadSweep, importLegacy, claimHook          *redis.Script
 }
 
 func loadScripts() (scripts, error) {
@@ -43,6 +43,7 @@ func loadScripts() (scripts, error) {
 		{&s.deadDelete, "deaddelete.lua", 0},
 		{&s.deadSweep, "deadsweep.lua", 0},
 		{&s.importLegacy, "import.lua", 2},
+		{&s.claimHook, "claimhook.lua", 0},
 	} {
 		src, err := scriptFiles.ReadFile("scripts/" + e.name)
 		if err != nil {
@@ -55,7 +56,7 @@ func loadScripts() (scripts, error) {
 
 func (s scripts) all() []*redis.Script {
 	return []*redis.Script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.release, s.touch,
-		s.kick, s.deadDelete, s.deadSweep, s.importLegacy}
+		s.kick, s.deadDelete, s.deadSweep, s.importLegacy, s.claimHook}
 }
 
 // loadAll sends every script to Redis, so the first calls need no EVAL.

@@ -19,7 +19,7 @@ for _, id in ipairs(ids) do
     set_state(job, topic, 'dead', 'ready')
     redis.call('HSET', job, 'a', '0')
     redis.call('HDEL', job, 'dr', 'dt')
-    make_ready(id, topic, false)
+    make_ready(id, job, topic, false)
     kicked[#kicked + 1] = id
   end
 end

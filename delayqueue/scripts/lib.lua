@@ -14,7 +14,8 @@
 -- Job hash fields: t topic, s state (delay|ready|reserved|dead), d due
 -- ms (the next due time once rescheduled), r ttr s, a attempts, c created ms, k bucket number, l lease end ms,
 -- rt retry schedule (comma-separated seconds), m max attempts (0 unlimited),
--- dr/dt dead reason and time, n/b1..bn body chunks (see write_body).
+-- dr/dt dead reason and time, cb callback (JSON), ls/le/lb last callback
+-- status, error and response start, n/b1..bn body chunks (see write_body).
 local P, BP, BS, RP, RS = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local WAKE_CAP, DEAD_MAX, DEAD_TTL = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local ARG = 9
@@ -26,6 +27,10 @@ local function wake_key(topic) return P .. 'wake:' .. topic end
 local function dead_key(topic) return P .. 'dead:' .. topic end
 local function count_key(topic) return P .. 'count:' .. topic end
 local TOPICS = P .. 'topics'
+-- Jobs with a callback are never handed to /pop: when ready they wait in
+-- one list of their own for the webhook dispatchers.
+local HOOKS = P .. 'hooks'
+local HOOK_WAKE = P .. 'wake_hooks'
 local DEAD_DROPPED = P .. 'dead_dropped'
 
 -- now_us reads the one clock every instance shares: Redis TIME.
@@ -112,9 +117,8 @@ local function read_body(job, n)
   return table.concat(parts)
 end
 
--- signal leaves up to n wake-up tokens for a topic's held pops.
-local function signal(topic, n)
-  local wake = wake_key(topic)
+-- signal_key leaves up to n wake-up tokens in a wake-up list.
+local function signal_key(wake, n)
   local room = WAKE_CAP - redis.call('LLEN', wake)
   if n > room then
     n = room
@@ -130,14 +134,24 @@ local function signal(topic, n)
   end
 end
 
--- make_ready appends a job to its topic's ready list. Callers set the state.
-local function make_ready(id, topic, at_head)
-  if at_head then
-    redis.call('LPUSH', ready_key(topic), id)
-  else
-    redis.call('RPUSH', ready_key(topic), id)
+-- signal wakes up to n of a topic's held pops.
+local function signal(topic, n)
+  signal_key(wake_key(topic), n)
+end
+
+-- make_ready appends a job to its topic's ready list (or, with a callback,
+-- to the webhook list). Callers set the state.
+local function make_ready(id, job, topic, at_head)
+  local list, wake = ready_key(topic), wake_key(topic)
+  if redis.call('HEXISTS', job, 'cb') == 1 then
+    list, wake = HOOKS, HOOK_WAKE
   end
-  signal(topic, 1)
+  if at_head then
+    redis.call('LPUSH', list, id)
+  else
+    redis.call('RPUSH', list, id)
+  end
+  signal_key(wake, 1)
 end
 
 -- drop_dead removes dead letters for good (over the cap or past their ttl).
@@ -224,7 +238,7 @@ local function fail_delivery(id, job, reason, end_ms, override_ms, now)
   redis.call('HSET', job, 'd', int(math.max(due, now)))
   if due <= now then
     set_state(job, topic, 'reserved', 'ready')
-    make_ready(id, topic, false)
+    make_ready(id, job, topic, false)
     return 'ready'
   end
   set_state(job, topic, 'reserved', 'delay')

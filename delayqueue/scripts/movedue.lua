@@ -23,11 +23,14 @@ local oldest = -1
 for i = 1, #due, 2 do
   local id = due[i]
   local job = job_key(id)
-  local f = redis.call('HMGET', job, 's', 't')
+  local f = redis.call('HMGET', job, 's', 't', 'cb')
   if oldest < 0 then
     oldest = tonumber(due[i + 1])
   end
-  if f[1] == 'delay' then
+  if f[1] == 'delay' and f[3] then
+    set_state(job, f[2], 'delay', 'ready')
+    make_ready(id, job, f[2], false)
+  elseif f[1] == 'delay' then
     set_state(job, f[2], 'delay', 'ready')
     redis.call('RPUSH', ready_key(f[2]), id)
     if not moved[f[2]] then

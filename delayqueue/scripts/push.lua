@@ -1,9 +1,10 @@
 -- push.lua: create jobs, or replace the job with the same id in whatever
 -- state it is (delay, ready, reserved or dead), atomically for the batch.
 -- KEYS: none (built from the ARGV header, see lib.lua).
--- ARGV[ARG] job count n, then 9 values per job: id, topic, delay ms, ttr s,
+-- ARGV[ARG] job count n, then 10 values per job: id, topic, delay ms, ttr s,
 -- body, bucket number, retry schedule (comma-separated seconds or ''),
--- max attempts, if_absent (1 = leave an existing job alone).
+-- max attempts, if_absent (1 = leave an existing job alone), callback (JSON
+-- or ''; such a job is delivered by the webhook dispatchers, never by pop).
 -- Reply: {now ms, then per job: due ms, status} with status 0 created,
 -- 1 replaced, 2 left alone because it existed (if_absent).
 -- A replaced job leaves no stale copy: its bucket or dead-letter entry is
@@ -14,7 +15,7 @@ local us = now_us()
 local now = math.floor(us / 1000)
 local reply = {now}
 for j = 0, n - 1 do
-  local base = ARG + 1 + j * 9
+  local base = ARG + 1 + j * 10
   local id, topic = ARGV[base], ARGV[base + 1]
   local delay_ms = tonumber(ARGV[base + 2])
   local bucket_no = ARGV[base + 5]
@@ -42,10 +43,13 @@ for j = 0, n - 1 do
     if ARGV[base + 7] ~= '0' then
       redis.call('HSET', job, 'm', ARGV[base + 7])
     end
+    if ARGV[base + 9] ~= '' then
+      redis.call('HSET', job, 'cb', ARGV[base + 9])
+    end
     write_body(job, ARGV[base + 4])
     set_state(job, topic, nil, state)
     if state == 'ready' then
-      make_ready(id, topic, false)
+      make_ready(id, job, topic, false)
     else
       redis.call('ZADD', bucket_key(bucket_no), int(due), id)
     end

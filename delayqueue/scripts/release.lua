@@ -3,7 +3,10 @@
 -- delay), or dead-lettered when its attempts are used up.
 -- KEYS: none (built from the ARGV header, see lib.lua).
 -- ARGV[ARG] id, ARGV[ARG+1] delay ms overriding the schedule (-1: none),
--- ARGV[ARG+2] the delivery's attempt number (0: not checked).
+-- ARGV[ARG+2] the delivery's attempt number (0: not checked), ARGV[ARG+3]
+-- the reason recorded if it dies ('released', or 'callback-failed' from the
+-- webhook dispatcher, which also gives ARGV[ARG+4..6]: the call's status,
+-- error and the start of the response, kept for /get).
 -- Reply: {status, state or '', due ms}: status 1 released, 0 unknown id,
 -- -1 not reserved (state given), -2 stale delivery (attempt differs).
 local id = ARGV[ARG]
@@ -24,7 +27,10 @@ if override < 0 then
   override = nil
 end
 redis.call('ZREM', bucket_key(f[3]), id)
-local state = fail_delivery(id, job, 'released', now, override, now)
+if ARGV[ARG + 3] == 'callback-failed' then
+  redis.call('HSET', job, 'ls', ARGV[ARG + 4], 'le', ARGV[ARG + 5], 'lb', ARGV[ARG + 6])
+end
+local state = fail_delivery(id, job, ARGV[ARG + 3], now, override, now)
 local due = now
 if state == 'delay' then
   due = tonumber(redis.call('ZSCORE', bucket_key(f[3]), id))

@@ -14,5 +14,5 @@ redis.call('ZREM', bucket_key(f[3]), id)
 set_state(job, f[4], 'reserved', 'ready')
 redis.call('HSET', job, 'a', int(tonumber(f[2]) - 1))
 redis.call('HDEL', job, 'l')
-make_ready(id, f[4], true)
+make_ready(id, job, f[4], true)
 return 1

@@ -1,0 +1,118 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Callback limits and defaults.
+const (
+	DefaultCallbackTimeout = 10 * time.Second
+	MaxCallbackTimeout     = 300 * time.Second
+	// callbackLeaseMargin is added to a call's timeout for its lease, so a
+	// slow call is not made again while it may still succeed.
+	callbackLeaseMargin = 10 * time.Second
+)
+
+// DefaultCallbackRetry is the backoff of a callback job pushed without a
+// retry schedule or max_attempts: 6 calls in all, then the dead letters.
+var DefaultCallbackRetry = []int{10, 60, 300, 1800, 3600}
+
+// Validate checks a callback's URL, method, headers and timeout. Its errors
+// wrap ErrInvalidJob. (Whether the address may be called is checked when
+// the call is made, after DNS resolution.)
+func (c *Callback) Validate() error {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("%w: callback.url must be an absolute http or https URL", ErrInvalidJob)
+	}
+	if u.User != nil {
+		return fmt.Errorf("%w: callback.url must not carry credentials; use callback.headers", ErrInvalidJob)
+	}
+	switch c.Method {
+	case "", http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return fmt.Errorf("%w: callback.method must be POST, PUT or PATCH", ErrInvalidJob)
+	}
+	for name, value := range c.Headers {
+		canonical := http.CanonicalHeaderKey(name)
+		if name == "" || strings.ContainsAny(name, " \t\r\n:") || strings.ContainsAny(value, "\r\n\x00") {
+			return fmt.Errorf("%w: callback.headers has an invalid header %q", ErrInvalidJob, name)
+		}
+		if strings.HasPrefix(canonical, "X-Delayqueue-") || canonical == "Host" || canonical == "Content-Length" {
+			return fmt.Errorf("%w: callback.headers may not set %s", ErrInvalidJob, name)
+		}
+	}
+	if c.TimeoutSeconds < 0 || time.Duration(c.TimeoutSeconds)*time.Second > MaxCallbackTimeout {
+		return fmt.Errorf("%w: callback.timeout must be between 1 and %d seconds", ErrInvalidJob, int(MaxCallbackTimeout/time.Second))
+	}
+	return nil
+}
+
+// Timeout is the callback's time limit for one call.
+func (c *Callback) Timeout() time.Duration {
+	if c.TimeoutSeconds <= 0 {
+		return DefaultCallbackTimeout
+	}
+	return time.Duration(c.TimeoutSeconds) * time.Second
+}
+
+func callbackLease(c *Callback) time.Duration { return c.Timeout() + callbackLeaseMargin }
+
+// CallbackDelivery is a webhook job claimed for one call.
+type CallbackDelivery struct {
+	ID       string
+	Topic    string
+	Attempts int // this call's number, from 1
+	Body     string
+	Callback Callback
+}
+
+// ClaimCallbacks leases up to count ready webhook jobs to the caller.
+func (q *Queue) ClaimCallbacks(ctx context.Context, count int) ([]CallbackDelivery, error) {
+	reply, err := redis.Values(q.eval(ctx, q.scripts.claimHook, nil, count, maxStaleSkips))
+	if err != nil {
+		return nil, fmt.Errorf("claim callbacks: %w", err)
+	}
+	var out []CallbackDelivery
+	for rest := reply[1:]; len(rest) >= 5; rest = rest[5:] {
+		var (
+			d  CallbackDelivery
+			cb string
+		)
+		if _, err := redis.Scan(rest[:5], &d.ID, &d.Topic, &d.Attempts, &d.Body, &cb); err != nil {
+			return out, fmt.Errorf("claim callbacks: reply: %w", err)
+		}
+		if err := jsonUnmarshalString(cb, &d.Callback); err != nil {
+			q.log.Warn("stored callback is unreadable", "job_id", d.ID, "err", err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// CallbackSucceeded finishes a webhook job whose call answered 2xx.
+func (q *Queue) CallbackSucceeded(ctx context.Context, id string) error {
+	_, err := q.FinishBatch(ctx, []string{id})
+	return err
+}
+
+// CallbackFailed ends a call as failed: the job follows its retry schedule
+// or goes to the dead letters with reason callback-failed. status is the
+// HTTP status (0 when none came), errText what went wrong, and response the
+// start of the answer's body.
+func (q *Queue) CallbackFailed(ctx context.Context, id string, attempt, status int, errText, response string) (string, error) {
+	state, _, err := q.leaseChange(ctx, "callback failed", q.scripts.release, id, int64(-1), attempt,
+		ReasonCallbackFailed, status, errText, response)
+	return state, err
+}
+
+// HookWakeKey is the list a webhook dispatcher blocks on (BLPOP) to learn
+// that callback jobs are ready.
+func (q *Queue) HookWakeKey() string { return q.keys.prefix + "wake_hooks" }
