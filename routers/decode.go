@@ -152,18 +152,24 @@ func (o jsonObject) stringField(field string) (string, error) {
 	if !ok {
 		return "", nil
 	}
+	return stringValue(field, raw)
+}
+
+// stringValue decodes one raw JSON value that must be a string; name is
+// what messages call it.
+func stringValue(name string, raw json.RawMessage) (string, error) {
 	if raw[0] != '"' {
-		return "", fmt.Errorf("%s must be a string, got %s", field, jsonKind(raw))
+		return "", fmt.Errorf("%s must be a string, got %s", name, jsonKind(raw))
 	}
 	if !utf8.Valid(raw) {
-		return "", fmt.Errorf("%s must be valid UTF-8", field)
+		return "", fmt.Errorf("%s must be valid UTF-8", name)
 	}
 	if hasUnpairedSurrogate(raw) {
-		return "", fmt.Errorf("%s must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)", field)
+		return "", fmt.Errorf("%s must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)", name)
 	}
 	var value string
 	if err := json.Unmarshal(raw, &value); err != nil {
-		return "", fmt.Errorf("%s must be a string: %w", field, err)
+		return "", fmt.Errorf("%s must be a string: %w", name, err)
 	}
 	return value, nil
 }
@@ -223,15 +229,74 @@ func (o jsonObject) intField(field string, min, max int64, unit string) (int64, 
 	if !ok {
 		return 0, nil
 	}
+	return intValue(field, raw, min, max, unit)
+}
+
+// intValue decodes one raw JSON value that must be an integer in [min, max];
+// name is what messages call it.
+func intValue(name string, raw json.RawMessage, min, max int64, unit string) (int64, error) {
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	if !isIntegerLiteral(raw) || err != nil || n < min || n > max {
 		if unit != "" {
 			unit = " (" + unit + ")"
 		}
 		return 0, fmt.Errorf("%s must be an integer between %d and %d%s, got %s",
-			field, min, max, unit, describeValue(raw))
+			name, min, max, unit, describeValue(raw))
 	}
 	return n, nil
+}
+
+// boolField returns the field's boolean value (false when absent).
+func (o jsonObject) boolField(field string) (bool, error) {
+	raw, ok := o[field]
+	if !ok {
+		return false, nil
+	}
+	switch string(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s must be true or false, got %s", field, jsonKind(raw))
+}
+
+// arrayField returns the elements of an array field as raw JSON values (nil
+// when absent) and checks their number lies in [minLen, maxLen]. elements
+// names what the array holds, for messages ("integers", "ids").
+func (o jsonObject) arrayField(field string, minLen, maxLen int, elements string) ([]json.RawMessage, error) {
+	raw, ok := o[field]
+	if !ok {
+		return nil, nil
+	}
+	if raw[0] != '[' {
+		return nil, fmt.Errorf("%s must be an array of %s, got %s", field, elements, jsonKind(raw))
+	}
+	// The value is valid JSON: this cannot fail. RawMessage keeps each
+	// element's bytes as sent, so the UTF-8 checks still see them.
+	var values []json.RawMessage
+	if err := json.Unmarshal(raw, &values); err != nil {
+		return nil, fmt.Errorf("%s must be an array of %s: %w", field, elements, err)
+	}
+	if len(values) < minLen || len(values) > maxLen {
+		return nil, fmt.Errorf("%s must hold %d to %d %s, got %d", field, minLen, maxLen, elements, len(values))
+	}
+	return values, nil
+}
+
+// conflict returns an error when the request gave more than one of fields:
+// they are alternatives. It names the fields in the order given.
+func (o jsonObject) conflict(fields ...string) error {
+	var given []string
+	for _, field := range fields {
+		if o.has(field) {
+			given = append(given, field)
+		}
+	}
+	if len(given) < 2 {
+		return nil
+	}
+	return fmt.Errorf("give either %s, not both", strings.Join(given, " or "))
 }
 
 // isIntegerLiteral reports whether a raw JSON value is a number with neither

@@ -26,6 +26,14 @@ const (
 	msgRequestCanceled  = "request canceled"
 )
 
+// Answers to the engine's refusals of a state change.
+const (
+	msgJobNotFound   = "job not found"
+	msgJobDead       = "job is dead-lettered"
+	msgNotReserved   = "job is not reserved"
+	msgStaleDelivery = "stale delivery: the attempt is not the job's current delivery"
+)
+
 // envelope is every answer's body.
 type envelope struct {
 	Code    int    `json:"code"`
@@ -72,6 +80,12 @@ func fail(w http.ResponseWriter, r *http.Request, message string) {
 	writeEnvelope(w, r, http.StatusOK, codeFailure, message, nil)
 }
 
+// failWithData answers code 1 with details in data, such as the bad jobs
+// of a batch.
+func failWithData(w http.ResponseWriter, r *http.Request, message string, data any) {
+	writeEnvelope(w, r, http.StatusOK, codeFailure, message, data)
+}
+
 // failRequest answers a request that could not be read or decoded.
 func failRequest(w http.ResponseWriter, r *http.Request, err error) {
 	var tooLarge *http.MaxBytesError
@@ -105,6 +119,16 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		fail(w, r, err.Error())
 	case errors.Is(err, delayqueue.ErrClosed):
 		fail(w, r, msgShuttingDown)
+	// The refusals say what the job's state forbids; the request was fine,
+	// so they are not logged beyond the request line.
+	case errors.Is(err, delayqueue.ErrNotFound):
+		fail(w, r, msgJobNotFound)
+	case errors.Is(err, delayqueue.ErrDead):
+		fail(w, r, msgJobDead)
+	case errors.Is(err, delayqueue.ErrNotReserved):
+		fail(w, r, msgNotReserved)
+	case errors.Is(err, delayqueue.ErrStaleDelivery):
+		fail(w, r, msgStaleDelivery)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client went away; nobody reads this answer.
 		h.logger.LogAttrs(ctx, slog.LevelDebug, "request canceled by the client", attrs...)

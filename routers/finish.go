@@ -1,11 +1,13 @@
 package routers
 
 import (
-	"context"
+	"fmt"
 	"net/http"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
 )
 
-// idRequest is the body of /finish, /delete and /get.
+// idRequest is the body of /get, and of /finish and /delete for one job.
 type idRequest struct {
 	ID string
 }
@@ -16,42 +18,147 @@ func decodeID(body []byte) (idRequest, error) {
 	if err != nil {
 		return idRequest{}, err
 	}
+	return decodeIDObject(obj)
+}
+
+// idsRequest is the body of /finish and /delete: {"id"} or {"ids":[...]}.
+type idsRequest struct {
+	ID  string   // set for {"id"}
+	IDs []string // set for {"ids"}: distinct, in the order first given
+}
+
+// decodeIDs parses and validates a body holding one job id or a list.
+func decodeIDs(body []byte) (idsRequest, error) {
+	obj, err := parseObject(body, "id", "ids")
+	if err != nil {
+		return idsRequest{}, err
+	}
+	if err := obj.conflict("id", "ids"); err != nil {
+		return idsRequest{}, err
+	}
+	if !obj.has("ids") {
+		req, err := decodeIDObject(obj)
+		return idsRequest{ID: req.ID}, err
+	}
+	elements, err := obj.arrayField("ids", 1, delayqueue.MaxIDsPerCall, "ids")
+	if err != nil {
+		return idsRequest{}, err
+	}
+	req := idsRequest{IDs: make([]string, 0, len(elements))}
+	seen := make(map[string]bool, len(elements))
+	for i, raw := range elements {
+		field := fmt.Sprintf("ids[%d]", i)
+		id, err := stringValue(field, raw)
+		if err != nil {
+			return idsRequest{}, err
+		}
+		if id, err = checkID(field, id); err != nil {
+			return idsRequest{}, err
+		}
+		// A repeat would be counted twice in "finished".
+		if !seen[id] {
+			seen[id] = true
+			req.IDs = append(req.IDs, id)
+		}
+	}
+	return req, nil
+}
+
+func decodeIDObject(obj jsonObject) (idRequest, error) {
 	id, err := obj.stringField("id")
 	if err != nil {
 		return idRequest{}, err
 	}
-	if id, err = checkID(id); err != nil {
+	if id, err = checkID("id", id); err != nil {
 		return idRequest{}, err
 	}
 	return idRequest{ID: id}, nil
 }
 
-// finish marks a delivered job done for good. An unknown id is a success,
-// as in the original.
+// finishView is the data of /finish with ids.
+type finishView struct {
+	Finished int      `json:"finished"`
+	Dead     []string `json:"dead"`
+}
+
+// deleteView is the data of /delete with ids.
+type deleteView struct {
+	Deleted int `json:"deleted"`
+}
+
+// finish marks delivered jobs done for good. An unknown id is a success, as
+// in the original; a dead-lettered job is refused (delete removes it).
 func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
-	h.removeJob(w, r, "finish", h.queue.Finish, "finished")
-}
-
-// delete removes a job in any state. An unknown id is a success.
-func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
-	h.removeJob(w, r, "delete", h.queue.Delete, "deleted")
-}
-
-func (h *handler) removeJob(w http.ResponseWriter, r *http.Request, op string,
-	remove func(ctx context.Context, id string) error, done string) {
 	body, ok := h.readBody(w, r)
 	if !ok {
 		return
 	}
-	req, err := decodeID(body)
+	req, err := decodeIDs(body)
 	if err != nil {
 		fail(w, r, err.Error())
 		return
 	}
-	noteJob(r, "", req.ID)
-	if err := remove(r.Context(), req.ID); err != nil {
-		h.failQueue(w, r, op, err)
+	if req.IDs == nil {
+		noteJob(r, "", req.ID)
+		if err := h.queue.Finish(r.Context(), req.ID); err != nil {
+			h.failQueue(w, r, "finish", err)
+			return
+		}
+		succeed(w, r, "finished", nil)
 		return
 	}
-	succeed(w, r, done, nil)
+
+	noteJob(r, "", req.IDs[0])
+	dead, err := h.queue.FinishBatch(r.Context(), req.IDs)
+	if err != nil {
+		h.failQueue(w, r, "finish", err)
+		return
+	}
+	view := finishView{Finished: len(req.IDs) - len(dead), Dead: dead}
+	if len(dead) > 0 {
+		// The others are finished: data says which were refused.
+		failWithData(w, r, areDeadLettered(len(dead)), view)
+		return
+	}
+	view.Dead = []string{}
+	succeed(w, r, "finished", view)
+}
+
+// delete removes jobs in any state, dead letters included. An unknown id is
+// a success.
+func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeIDs(body)
+	if err != nil {
+		fail(w, r, err.Error())
+		return
+	}
+	if req.IDs == nil {
+		noteJob(r, "", req.ID)
+		if err := h.queue.Delete(r.Context(), req.ID); err != nil {
+			h.failQueue(w, r, "delete", err)
+			return
+		}
+		succeed(w, r, "deleted", nil)
+		return
+	}
+
+	noteJob(r, "", req.IDs[0])
+	deleted, err := h.queue.DeleteBatch(r.Context(), req.IDs)
+	if err != nil {
+		h.failQueue(w, r, "delete", err)
+		return
+	}
+	succeed(w, r, "deleted", deleteView{Deleted: deleted})
+}
+
+// areDeadLettered is the message of a batch finish that met n dead jobs.
+func areDeadLettered(n int) string {
+	if n == 1 {
+		return "1 job is dead-lettered"
+	}
+	return fmt.Sprintf("%d jobs are dead-lettered", n)
 }

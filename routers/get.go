@@ -9,6 +9,7 @@ import (
 
 // jobView is the data of /get. The first five fields are the original's,
 // with delay = the due time in absolute unix seconds; the rest are new.
+// Every time comes in unix seconds and, with the _ms suffix, milliseconds.
 type jobView struct {
 	Topic string `json:"topic"`
 	ID    string `json:"id"`
@@ -16,24 +17,58 @@ type jobView struct {
 	TTR   int64  `json:"ttr"`
 	Body  string `json:"body"`
 	// DelayMS is the due time in unix milliseconds.
-	DelayMS   int64  `json:"delay_ms"`
-	State     string `json:"state"`
-	Attempts  int    `json:"attempts"`
-	CreatedAt int64  `json:"created_at"` // unix seconds; 0 when unknown
+	DelayMS     int64  `json:"delay_ms"`
+	State       string `json:"state"`
+	Attempts    int    `json:"attempts"`
+	CreatedAt   int64  `json:"created_at"` // 0 when unknown
+	CreatedAtMS int64  `json:"created_at_ms"`
+	MaxAttempts int    `json:"max_attempts"`
+	Retry       []int  `json:"retry"` // [] without a schedule
+	// Only for a reserved job: the end of its lease.
+	LeaseUntil   *int64 `json:"lease_until,omitempty"`
+	LeaseUntilMS *int64 `json:"lease_until_ms,omitempty"`
+	// Only for a dead job.
+	DeadReason string `json:"dead_reason,omitempty"`
+	DeadAt     *int64 `json:"dead_at,omitempty"`
+	DeadAtMS   *int64 `json:"dead_at_ms,omitempty"`
 }
 
 func newJobView(info *delayqueue.JobInfo) jobView {
-	return jobView{
-		Topic:     info.Topic,
-		ID:        info.ID,
-		Delay:     unixSeconds(info.DueAt),
-		TTR:       int64(info.TTR / time.Second),
-		Body:      info.Body,
-		DelayMS:   unixMillis(info.DueAt),
-		State:     info.State,
-		Attempts:  info.Attempts,
-		CreatedAt: unixSeconds(info.CreatedAt),
+	view := jobView{
+		Topic:       info.Topic,
+		ID:          info.ID,
+		Delay:       unixSeconds(info.DueAt),
+		TTR:         int64(info.TTR / time.Second),
+		Body:        info.Body,
+		DelayMS:     unixMillis(info.DueAt),
+		State:       info.State,
+		Attempts:    info.Attempts,
+		CreatedAt:   unixSeconds(info.CreatedAt),
+		CreatedAtMS: unixMillis(info.CreatedAt),
+		MaxAttempts: info.MaxAttempts,
+		Retry:       info.Retry,
 	}
+	if view.Retry == nil {
+		view.Retry = []int{}
+	}
+	switch info.State {
+	case delayqueue.StateReserved:
+		view.LeaseUntil, view.LeaseUntilMS = timePair(info.LeaseUntil)
+	case delayqueue.StateDead:
+		view.DeadReason = info.DeadReason
+		view.DeadAt, view.DeadAtMS = timePair(info.DeadAt)
+	}
+	return view
+}
+
+// timePair returns t in unix seconds and milliseconds, both nil when t is
+// unknown, so that the fields are left out rather than 0.
+func timePair(t time.Time) (seconds, millis *int64) {
+	if t.IsZero() {
+		return nil, nil
+	}
+	s, ms := t.Unix(), t.UnixMilli()
+	return &s, &ms
 }
 
 // unixSeconds and unixMillis map the zero time (unknown, e.g. for a job

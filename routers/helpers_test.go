@@ -17,11 +17,19 @@ import (
 
 // queueCall records one call the handler made to the fake queue.
 type queueCall struct {
-	op     string
-	job    delayqueue.Job
-	topics []string
-	hold   time.Duration
-	id     string
+	op      string
+	job     delayqueue.Job
+	jobs    []delayqueue.Job
+	topics  []string
+	count   int
+	hold    time.Duration
+	id      string
+	ids     []string
+	delay   *time.Duration
+	attempt int
+	topic   string
+	offset  int
+	limit   int
 }
 
 // fakeQueue implements Queue, records calls and answers what it is told.
@@ -29,11 +37,24 @@ type fakeQueue struct {
 	mu    sync.Mutex
 	calls []queueCall
 
-	err        error                 // returned by every method when set
-	pushResult delayqueue.PushResult // returned by Push
-	delivery   *delayqueue.Delivery  // returned by Pop
-	info       *delayqueue.JobInfo   // returned by Get
-	panicMsg   string                // every method panics with it when set
+	err         error                   // returned by every method when set
+	getErr      error                   // returned by Get when set, instead of err
+	pushResult  delayqueue.PushResult   // returned by Push
+	pushResults []delayqueue.PushResult // returned by PushBatch; nil: created for each job
+	delivery    *delayqueue.Delivery    // returned by Pop
+	deliveries  []*delayqueue.Delivery  // returned by PopBatch
+	info        *delayqueue.JobInfo     // returned by Get
+	dead        []string                // returned by FinishBatch
+	deleted     int                     // returned by DeleteBatch and DeadDelete
+	state       string                  // returned by Release, also with an error
+	due         time.Time               // returned by Release
+	leaseUntil  time.Time               // returned by Touch
+	deadJobs    []delayqueue.JobInfo    // returned by DeadList
+	deadTotal   int                     // returned by DeadList
+	kicked      []string                // returned by DeadKick
+	stats       map[string]delayqueue.TopicStats
+	topicNames  []string // returned by Topics
+	panicMsg    string   // every method panics with it when set
 
 	// popStarted, when set, receives the context of every Pop, which then
 	// waits for that context to end and returns its error.
@@ -60,6 +81,17 @@ func (f *fakeQueue) Push(ctx context.Context, job delayqueue.Job) (delayqueue.Pu
 	return f.pushResult, f.err
 }
 
+func (f *fakeQueue) PushBatch(ctx context.Context, jobs []delayqueue.Job) ([]delayqueue.PushResult, error) {
+	f.record(queueCall{op: "pushBatch", jobs: jobs})
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.pushResults != nil {
+		return f.pushResults, nil
+	}
+	return make([]delayqueue.PushResult, len(jobs)), nil
+}
+
 func (f *fakeQueue) Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error) {
 	f.record(queueCall{op: "pop", topics: topics, hold: hold})
 	if f.popStarted != nil {
@@ -70,9 +102,19 @@ func (f *fakeQueue) Pop(ctx context.Context, topics []string, hold time.Duration
 	return f.delivery, f.err
 }
 
+func (f *fakeQueue) PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*delayqueue.Delivery, error) {
+	f.record(queueCall{op: "popBatch", topics: topics, count: count, hold: hold})
+	return f.deliveries, f.err
+}
+
 func (f *fakeQueue) Finish(ctx context.Context, id string) error {
 	f.record(queueCall{op: "finish", id: id})
 	return f.err
+}
+
+func (f *fakeQueue) FinishBatch(ctx context.Context, ids []string) ([]string, error) {
+	f.record(queueCall{op: "finishBatch", ids: ids})
+	return f.dead, f.err
 }
 
 func (f *fakeQueue) Delete(ctx context.Context, id string) error {
@@ -80,9 +122,52 @@ func (f *fakeQueue) Delete(ctx context.Context, id string) error {
 	return f.err
 }
 
+func (f *fakeQueue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
+	f.record(queueCall{op: "deleteBatch", ids: ids})
+	return f.deleted, f.err
+}
+
 func (f *fakeQueue) Get(ctx context.Context, id string) (*delayqueue.JobInfo, error) {
 	f.record(queueCall{op: "get", id: id})
+	if f.getErr != nil {
+		return nil, f.getErr
+	}
 	return f.info, f.err
+}
+
+func (f *fakeQueue) Release(ctx context.Context, id string, delay *time.Duration, attempt int) (string, time.Time, error) {
+	f.record(queueCall{op: "release", id: id, delay: delay, attempt: attempt})
+	return f.state, f.due, f.err
+}
+
+func (f *fakeQueue) Touch(ctx context.Context, id string, attempt int) (time.Time, error) {
+	f.record(queueCall{op: "touch", id: id, attempt: attempt})
+	return f.leaseUntil, f.err
+}
+
+func (f *fakeQueue) DeadList(ctx context.Context, topic string, offset, limit int) ([]delayqueue.JobInfo, int, error) {
+	f.record(queueCall{op: "deadList", topic: topic, offset: offset, limit: limit})
+	return f.deadJobs, f.deadTotal, f.err
+}
+
+func (f *fakeQueue) DeadKick(ctx context.Context, topic, id string, count int) ([]string, error) {
+	f.record(queueCall{op: "deadKick", topic: topic, id: id, count: count})
+	return f.kicked, f.err
+}
+
+func (f *fakeQueue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
+	f.record(queueCall{op: "deadDelete", topic: topic, id: id})
+	return f.deleted, f.err
+}
+
+func (f *fakeQueue) Stats(ctx context.Context, topic string) (map[string]delayqueue.TopicStats, error) {
+	f.record(queueCall{op: "stats", topic: topic})
+	return f.stats, f.err
+}
+
+func (f *fakeQueue) Topics(ctx context.Context) ([]string, error) {
+	f.record(queueCall{op: "topics"})
+	return f.topicNames, f.err
 }
 
 // testLogWriter routes log lines to t.Log.

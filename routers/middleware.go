@@ -178,5 +178,5 @@ func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
 	writeEnvelope(w, r, http.StatusNotFound, codeFailure,
-		fmt.Sprintf("unknown path %q: the endpoints are /push, /pop, /finish, /delete and /get", r.URL.Path), nil)
+		fmt.Sprintf("unknown path %q: the endpoints are %s", r.URL.Path, h.endpoints), nil)
 }

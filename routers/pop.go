@@ -12,10 +12,14 @@ import (
 )
 
 // popRequest is the body of /pop: "topic" lists one or more topics
-// separated by commas; "timeout" (seconds) shortens the hold.
+// separated by commas; "timeout" (seconds) shortens the hold; "count" asks
+// for up to that many jobs at once.
 type popRequest struct {
 	Topics []string
 	Hold   time.Duration
+	// Count is 0 when the request has no count: the answer then keeps the
+	// original's shape (one job or null) rather than an array.
+	Count int
 }
 
 // deliveryView is the data of a /pop that got a job. ttr is in seconds;
@@ -31,7 +35,7 @@ type deliveryView struct {
 // decodePop parses and validates a /pop body. blockTimeout is both the
 // default hold and the largest timeout accepted.
 func decodePop(body []byte, blockTimeout time.Duration) (popRequest, error) {
-	obj, err := parseObject(body, "topic", "timeout")
+	obj, err := parseObject(body, "topic", "timeout", "count")
 	if err != nil {
 		return popRequest{}, err
 	}
@@ -71,6 +75,12 @@ func decodePop(body []byte, blockTimeout time.Duration) (popRequest, error) {
 	if obj.has("timeout") {
 		req.Hold = time.Duration(timeout) * time.Second
 	}
+
+	count, err := obj.intField("count", 1, delayqueue.MaxPopCount, "")
+	if err != nil {
+		return popRequest{}, err
+	}
+	req.Count = int(count)
 	return req, nil
 }
 
@@ -87,6 +97,10 @@ func (h *handler) pop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteJob(r, strings.Join(req.Topics, ","), "")
+	if req.Count > 0 {
+		h.popBatch(w, r, req)
+		return
+	}
 	delivery, err := h.queue.Pop(r.Context(), req.Topics, req.Hold)
 	if err != nil {
 		h.failQueue(w, r, "pop", err)
@@ -97,11 +111,38 @@ func (h *handler) pop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteJob(r, delivery.Topic, delivery.ID)
-	succeed(w, r, "ok", deliveryView{
-		ID:       delivery.ID,
-		Body:     delivery.Body,
-		Topic:    delivery.Topic,
-		TTR:      int64(delivery.TTR / time.Second),
-		Attempts: delivery.Attempts,
-	})
+	succeed(w, r, "ok", newDeliveryView(delivery))
+}
+
+// popBatch answers a /pop with count: always an array, [] when the hold
+// ends empty.
+func (h *handler) popBatch(w http.ResponseWriter, r *http.Request, req popRequest) {
+	deliveries, err := h.queue.PopBatch(r.Context(), req.Topics, req.Count, req.Hold)
+	if err != nil {
+		h.failQueue(w, r, "pop", err)
+		return
+	}
+	views := make([]deliveryView, 0, len(deliveries))
+	for _, d := range deliveries {
+		views = append(views, newDeliveryView(d))
+	}
+	switch len(views) {
+	case 0:
+		succeed(w, r, "no job ready", views)
+	case 1:
+		noteJob(r, views[0].Topic, views[0].ID)
+		succeed(w, r, "ok", views)
+	default:
+		succeed(w, r, fmt.Sprintf("%d jobs", len(views)), views)
+	}
+}
+
+func newDeliveryView(d *delayqueue.Delivery) deliveryView {
+	return deliveryView{
+		ID:       d.ID,
+		Body:     d.Body,
+		Topic:    d.Topic,
+		TTR:      int64(d.TTR / time.Second),
+		Attempts: d.Attempts,
+	}
 }

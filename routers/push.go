@@ -1,6 +1,7 @@
 package routers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,71 +19,195 @@ const (
 	maxTTRSeconds   = int64(delayqueue.MaxTTR / time.Second)
 )
 
-// pushRequest is the body of /push. Delay comes from "delay" (seconds) or,
-// when given, "delay_ms" (milliseconds), which replaces it.
+// jobFields are the members of one job in /push, alone or in "jobs".
+func jobFields() []string {
+	return []string{"topic", "id", "body", "delay", "delay_ms", "ttr", "retry", "max_attempts", "if_absent"}
+}
+
+// pushRequest is the body of /push: one job, or with "jobs" a batch of them.
 type pushRequest struct {
-	Topic string
-	ID    string
-	Body  string
-	Delay time.Duration
-	TTR   time.Duration
+	Jobs  []delayqueue.Job
+	Batch bool // the body was {"jobs":[...]}: the answer lists every job
+}
+
+// jobError is one bad job of a batch, in the data of the failure.
+type jobError struct {
+	Index   int    `json:"index"`
+	ID      string `json:"id"`
+	Message string `json:"message"`
+}
+
+// invalidBatchError reports every bad job of a batch; nothing is pushed.
+type invalidBatchError struct {
+	total int
+	jobs  []jobError
+}
+
+func (e *invalidBatchError) Error() string {
+	if len(e.jobs) == 1 {
+		return fmt.Sprintf("1 of %d jobs is invalid", e.total)
+	}
+	return fmt.Sprintf("%d of %d jobs are invalid", len(e.jobs), e.total)
 }
 
 // decodePush parses and validates a /push body.
 func decodePush(body []byte, maxJobBodyBytes int) (pushRequest, error) {
-	obj, err := parseObject(body, "topic", "id", "body", "delay", "delay_ms", "ttr")
+	obj, err := parseObject(body, append(jobFields(), "jobs")...)
 	if err != nil {
 		return pushRequest{}, err
 	}
-	var req pushRequest
+	if !obj.has("jobs") {
+		job, err := decodeJob(obj, maxJobBodyBytes)
+		if err != nil {
+			return pushRequest{}, err
+		}
+		return pushRequest{Jobs: []delayqueue.Job{job}}, nil
+	}
+
+	var mixed []string
+	for _, field := range jobFields() {
+		if obj.has(field) {
+			mixed = append(mixed, field)
+		}
+	}
+	if len(mixed) > 0 {
+		return pushRequest{}, fmt.Errorf("use either jobs (a batch) or a single job's fields, not both: got jobs and %s",
+			strings.Join(mixed, ", "))
+	}
+	elements, err := obj.arrayField("jobs", 1, delayqueue.MaxPushBatchJobs, "jobs")
+	if err != nil {
+		return pushRequest{}, err
+	}
+	req := pushRequest{Jobs: make([]delayqueue.Job, len(elements)), Batch: true}
+	invalid := &invalidBatchError{total: len(elements)}
+	firstIndexOf := make(map[string]int, len(elements))
+	for i, element := range elements {
+		job, err := decodeBatchJob(element, maxJobBodyBytes)
+		if err != nil {
+			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: readableID(element), Message: err.Error()})
+			continue
+		}
+		// Ids repeat within a batch: all or nothing means no silent
+		// last-one-wins.
+		if first, seen := firstIndexOf[job.ID]; seen {
+			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: job.ID,
+				Message: fmt.Sprintf("id %q is already used by job %d of the batch", job.ID, first)})
+			continue
+		}
+		firstIndexOf[job.ID] = i
+		req.Jobs[i] = job
+	}
+	if len(invalid.jobs) > 0 {
+		return pushRequest{}, invalid
+	}
+	return req, nil
+}
+
+// decodeBatchJob decodes one element of "jobs".
+func decodeBatchJob(element json.RawMessage, maxJobBodyBytes int) (delayqueue.Job, error) {
+	if element[0] != '{' {
+		return delayqueue.Job{}, fmt.Errorf("a job must be a JSON object, got %s", jsonKind(element))
+	}
+	obj, err := parseObject(element, jobFields()...)
+	if err != nil {
+		return delayqueue.Job{}, err
+	}
+	if obj.has("jobs") {
+		return delayqueue.Job{}, errors.New("a job of a batch must not hold jobs")
+	}
+	return decodeJob(obj, maxJobBodyBytes)
+}
+
+// readableID is the trimmed id of a batch element, or "" when it has no
+// string id: it names a bad job in the failure's data.
+func readableID(element json.RawMessage) string {
+	if element[0] != '{' {
+		return ""
+	}
+	obj, err := parseObject(element, "id")
+	if err != nil {
+		return ""
+	}
+	id, err := obj.stringField("id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(id)
+}
+
+// decodeJob validates the fields of one job.
+func decodeJob(obj jsonObject, maxJobBodyBytes int) (delayqueue.Job, error) {
+	var job delayqueue.Job
 
 	topic, err := obj.stringField("topic")
 	if err != nil {
-		return pushRequest{}, err
+		return delayqueue.Job{}, err
 	}
-	if req.Topic, err = checkTopic("topic", topic); err != nil {
-		return pushRequest{}, err
+	if job.Topic, err = checkTopic("topic", topic); err != nil {
+		return delayqueue.Job{}, err
 	}
 
 	id, err := obj.stringField("id")
 	if err != nil {
-		return pushRequest{}, err
+		return delayqueue.Job{}, err
 	}
-	if req.ID, err = checkID(id); err != nil {
-		return pushRequest{}, err
+	if job.ID, err = checkID("id", id); err != nil {
+		return delayqueue.Job{}, err
 	}
 
 	// The body is kept byte for byte: unlike the original, no trimming.
-	if req.Body, err = obj.stringField("body"); err != nil {
-		return pushRequest{}, err
+	if job.Body, err = obj.stringField("body"); err != nil {
+		return delayqueue.Job{}, err
 	}
-	if len(req.Body) > maxJobBodyBytes {
-		return pushRequest{}, fmt.Errorf("body must be at most %d bytes (max_job_body_bytes), got %d bytes",
-			maxJobBodyBytes, len(req.Body))
+	if len(job.Body) > maxJobBodyBytes {
+		return delayqueue.Job{}, fmt.Errorf("body must be at most %d bytes (max_job_body_bytes), got %d bytes",
+			maxJobBodyBytes, len(job.Body))
 	}
 
 	delaySeconds, err := obj.intField("delay", 0, maxDelaySeconds, "seconds")
 	if err != nil {
-		return pushRequest{}, err
+		return delayqueue.Job{}, err
 	}
-	req.Delay = time.Duration(delaySeconds) * time.Second
+	job.Delay = time.Duration(delaySeconds) * time.Second
 	delayMillis, err := obj.intField("delay_ms", 0, maxDelayMillis, "milliseconds")
 	if err != nil {
-		return pushRequest{}, err
+		return delayqueue.Job{}, err
 	}
 	if obj.has("delay_ms") {
-		req.Delay = time.Duration(delayMillis) * time.Millisecond
+		job.Delay = time.Duration(delayMillis) * time.Millisecond
 	}
 
 	if !obj.has("ttr") {
-		return pushRequest{}, fmt.Errorf("ttr is required: an integer between 1 and %d (seconds)", maxTTRSeconds)
+		return delayqueue.Job{}, fmt.Errorf("ttr is required: an integer between 1 and %d (seconds)", maxTTRSeconds)
 	}
 	ttrSeconds, err := obj.intField("ttr", 1, maxTTRSeconds, "seconds")
 	if err != nil {
-		return pushRequest{}, err
+		return delayqueue.Job{}, err
 	}
-	req.TTR = time.Duration(ttrSeconds) * time.Second
-	return req, nil
+	job.TTR = time.Duration(ttrSeconds) * time.Second
+
+	retry, err := obj.arrayField("retry", 0, delayqueue.MaxRetryEntries, "integers (seconds)")
+	if err != nil {
+		return delayqueue.Job{}, err
+	}
+	for i, raw := range retry {
+		wait, err := intValue(fmt.Sprintf("retry[%d]", i), raw, 0, delayqueue.MaxRetrySeconds, "seconds")
+		if err != nil {
+			return delayqueue.Job{}, err
+		}
+		job.Retry = append(job.Retry, int(wait))
+	}
+
+	maxAttempts, err := obj.intField("max_attempts", 0, delayqueue.MaxMaxAttempts, "0 is unlimited")
+	if err != nil {
+		return delayqueue.Job{}, err
+	}
+	job.MaxAttempts = int(maxAttempts)
+
+	if job.IfAbsent, err = obj.boolField("if_absent"); err != nil {
+		return delayqueue.Job{}, err
+	}
+	return job, nil
 }
 
 // checkTopic trims a topic and checks it; field names it in messages.
@@ -101,19 +226,42 @@ func checkTopic(field, topic string) (string, error) {
 	return topic, nil
 }
 
-// checkID trims a job id and checks it.
-func checkID(id string) (string, error) {
+// checkID trims a job id and checks it; field names it in messages.
+func checkID(field, id string) (string, error) {
 	id = strings.TrimSpace(id)
 	switch {
 	case id == "":
-		return "", errors.New("id is required and must not be blank")
+		return "", fmt.Errorf("%s is required and must not be blank", field)
 	case len(id) > delayqueue.MaxIDBytes:
-		return "", fmt.Errorf("id must be at most %d bytes, got %d", delayqueue.MaxIDBytes, len(id))
+		return "", fmt.Errorf("%s must be at most %d bytes, got %d", field, delayqueue.MaxIDBytes, len(id))
 	}
 	return id, nil
 }
 
-// push adds a job, or replaces the job with the same id.
+// pushStatusName is the word of a batch answer for each PushStatus.
+func pushStatusName(status delayqueue.PushStatus) string {
+	switch status {
+	case delayqueue.PushReplaced:
+		return "replaced"
+	case delayqueue.PushExists:
+		return "exists"
+	}
+	return "created"
+}
+
+// pushedJob is one entry of a batch push's data.
+type pushedJob struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// ifAbsentView is the data of a single push with if_absent.
+type ifAbsentView struct {
+	Exists bool `json:"exists"`
+}
+
+// push adds a job, or replaces the job with the same id (unless if_absent);
+// with "jobs", a batch all or nothing.
 func (h *handler) push(w http.ResponseWriter, r *http.Request) {
 	body, ok := h.readBody(w, r)
 	if !ok {
@@ -121,19 +269,53 @@ func (h *handler) push(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := decodePush(body, h.opts.MaxJobBodyBytes)
 	if err != nil {
+		var invalid *invalidBatchError
+		if errors.As(err, &invalid) {
+			failWithData(w, r, invalid.Error(), invalid.jobs)
+			return
+		}
 		fail(w, r, err.Error())
 		return
 	}
-	noteJob(r, req.Topic, req.ID)
-	job := delayqueue.Job{Topic: req.Topic, ID: req.ID, Delay: req.Delay, TTR: req.TTR, Body: req.Body}
+	if req.Batch {
+		h.pushBatch(w, r, req.Jobs)
+		return
+	}
+
+	job := req.Jobs[0]
+	noteJob(r, job.Topic, job.ID)
 	result, err := h.queue.Push(r.Context(), job)
 	if err != nil {
 		h.failQueue(w, r, "push", err)
 		return
 	}
-	message := "pushed"
-	if result.Status == delayqueue.PushReplaced {
-		message = "pushed, replacing the job with the same id"
+	switch {
+	case result.Status == delayqueue.PushExists:
+		succeed(w, r, "not pushed: a job with this id exists (if_absent)", ifAbsentView{Exists: true})
+	case job.IfAbsent:
+		succeed(w, r, "pushed", ifAbsentView{Exists: false})
+	case result.Status == delayqueue.PushReplaced:
+		// Without if_absent the data stays null, as in the original.
+		succeed(w, r, "pushed, replacing the job with the same id", nil)
+	default:
+		succeed(w, r, "pushed", nil)
 	}
-	succeed(w, r, message, nil)
+}
+
+func (h *handler) pushBatch(w http.ResponseWriter, r *http.Request, jobs []delayqueue.Job) {
+	noteJob(r, jobs[0].Topic, jobs[0].ID)
+	results, err := h.queue.PushBatch(r.Context(), jobs)
+	if err != nil {
+		h.failQueue(w, r, "push batch", err)
+		return
+	}
+	if len(results) != len(jobs) {
+		h.failQueue(w, r, "push batch", fmt.Errorf("engine answered %d results for %d jobs", len(results), len(jobs)))
+		return
+	}
+	pushed := make([]pushedJob, len(jobs))
+	for i, result := range results {
+		pushed[i] = pushedJob{ID: jobs[i].ID, Status: pushStatusName(result.Status)}
+	}
+	succeed(w, r, fmt.Sprintf("pushed %d jobs", len(jobs)), pushed)
 }

@@ -1,6 +1,7 @@
 // Package routers owns the HTTP layer of the delay-queue server: the five
 // POST endpoints of ouqiang/delay-queue (/push, /pop, /finish, /delete, /get),
-// request decoding and validation, the {"code","message","data"} envelope
+// the job lifecycle's (/release, /touch, /dead/list, /dead/kick,
+// /dead/delete, /stats, /topics), request decoding and validation, the {"code","message","data"} envelope
 // and the mapping of every outcome to an HTTP status. It knows nothing of
 // Redis: it talks to the engine through the Queue interface.
 package routers
@@ -9,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
@@ -18,10 +20,24 @@ import (
 // satisfies it; tests use a fake.
 type Queue interface {
 	Push(ctx context.Context, job delayqueue.Job) (delayqueue.PushResult, error)
+	PushBatch(ctx context.Context, jobs []delayqueue.Job) ([]delayqueue.PushResult, error)
 	Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error)
+	PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*delayqueue.Delivery, error)
 	Finish(ctx context.Context, id string) error
+	FinishBatch(ctx context.Context, ids []string) (dead []string, err error)
 	Delete(ctx context.Context, id string) error
+	DeleteBatch(ctx context.Context, ids []string) (int, error)
 	Get(ctx context.Context, id string) (*delayqueue.JobInfo, error)
+
+	Release(ctx context.Context, id string, delay *time.Duration, attempt int) (state string, due time.Time, err error)
+	Touch(ctx context.Context, id string, attempt int) (leaseUntil time.Time, err error)
+
+	DeadList(ctx context.Context, topic string, offset, limit int) (jobs []delayqueue.JobInfo, total int, err error)
+	DeadKick(ctx context.Context, topic, id string, count int) (kicked []string, err error)
+	DeadDelete(ctx context.Context, topic, id string) (deleted int, err error)
+
+	Stats(ctx context.Context, topic string) (map[string]delayqueue.TopicStats, error)
+	Topics(ctx context.Context) ([]string, error)
 }
 
 // Defaults used for the zero values of Options.
@@ -68,6 +84,8 @@ type handler struct {
 	queue  Queue
 	opts   Options
 	logger *slog.Logger
+	// endpoints names the routes, for the answer to an unknown path.
+	endpoints string
 }
 
 // New returns the server's HTTP handler. Every answer, including unknown
@@ -88,13 +106,23 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 		{"/finish", h.finish},
 		{"/delete", h.delete},
 		{"/get", h.get},
+		{"/release", h.release},
+		{"/touch", h.touch},
+		{"/dead/list", h.deadList},
+		{"/dead/kick", h.deadKick},
+		{"/dead/delete", h.deadDelete},
+		{"/stats", h.stats},
+		{"/topics", h.topics},
 	}
-	for _, route := range routes {
+	paths := make([]string, len(routes))
+	for i, route := range routes {
+		paths[i] = route.path
 		mux.HandleFunc("POST "+route.path, route.handle)
 		// The method-less pattern is less specific, so it only catches the
 		// other methods; without it the mux would answer 405 in plain text.
 		mux.HandleFunc(route.path, h.methodNotAllowed)
 	}
+	h.endpoints = strings.Join(paths[:len(paths)-1], ", ") + " and " + paths[len(paths)-1]
 	mux.HandleFunc("/", h.notFound)
 
 	// The outer layers answer before the mux could write anything of its

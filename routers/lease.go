@@ -1,0 +1,135 @@
+package routers
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// maxAttemptNumber bounds the "attempt" of /release and /touch.
+const maxAttemptNumber = math.MaxInt32
+
+// leaseRequest is the body of /release and /touch. Delay (release only) is
+// nil when absent: the retry schedule then decides the next wait. Attempt is
+// 0 when absent: the delivery is then not checked.
+type leaseRequest struct {
+	ID      string
+	Delay   *time.Duration
+	Attempt int
+}
+
+// decodeLease parses and validates a /release (withDelay) or /touch body.
+func decodeLease(body []byte, withDelay bool) (leaseRequest, error) {
+	fields := []string{"id", "attempt"}
+	if withDelay {
+		fields = append(fields, "delay")
+	}
+	obj, err := parseObject(body, fields...)
+	if err != nil {
+		return leaseRequest{}, err
+	}
+	idReq, err := decodeIDObject(obj)
+	if err != nil {
+		return leaseRequest{}, err
+	}
+	req := leaseRequest{ID: idReq.ID}
+	if withDelay && obj.has("delay") {
+		seconds, err := obj.intField("delay", 0, maxDelaySeconds, "seconds")
+		if err != nil {
+			return leaseRequest{}, err
+		}
+		delay := time.Duration(seconds) * time.Second
+		req.Delay = &delay
+	}
+	attempt, err := obj.intField("attempt", 1, maxAttemptNumber, "the attempts of the delivery, as /pop gave them")
+	if err != nil {
+		return leaseRequest{}, err
+	}
+	req.Attempt = int(attempt)
+	return req, nil
+}
+
+// releaseView is the data of /release: the job's new state, and when it is
+// due again (the time it was dead-lettered, for a dead job).
+type releaseView struct {
+	State string `json:"state"`
+	Due   int64  `json:"due"`
+	DueMS int64  `json:"due_ms"`
+}
+
+// touchView is the data of /touch: the new end of the lease.
+type touchView struct {
+	LeaseUntil   int64 `json:"lease_until"`
+	LeaseUntilMS int64 `json:"lease_until_ms"`
+}
+
+// release ends a delivery as failed: the job follows its retry schedule,
+// or the given delay, or goes to the dead letters when its attempts are
+// used up.
+func (h *handler) release(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeLease(body, true)
+	if err != nil {
+		fail(w, r, err.Error())
+		return
+	}
+	noteJob(r, "", req.ID)
+	state, due, err := h.queue.Release(r.Context(), req.ID, req.Delay, req.Attempt)
+	if err != nil {
+		h.failLeaseChange(w, r, "release", err, state, req.Attempt)
+		return
+	}
+	message := "released"
+	if state == delayqueue.StateDead {
+		message = "released; its attempts are used up, so the job is dead-lettered"
+	}
+	succeed(w, r, message, releaseView{State: state, Due: unixSeconds(due), DueMS: unixMillis(due)})
+}
+
+// touch extends the lease of a reserved job to now + ttr, for long work.
+func (h *handler) touch(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeLease(body, false)
+	if err != nil {
+		fail(w, r, err.Error())
+		return
+	}
+	noteJob(r, "", req.ID)
+	until, err := h.queue.Touch(r.Context(), req.ID, req.Attempt)
+	if err != nil {
+		state := ""
+		if errors.Is(err, delayqueue.ErrNotReserved) {
+			// Touch does not report the state it found; look it up for
+			// the message only (it may have moved on since).
+			if info, getErr := h.queue.Get(r.Context(), req.ID); getErr == nil && info != nil {
+				state = info.State
+			}
+		}
+		h.failLeaseChange(w, r, "touch", err, state, req.Attempt)
+		return
+	}
+	succeed(w, r, "touched", touchView{LeaseUntil: unixSeconds(until), LeaseUntilMS: unixMillis(until)})
+}
+
+// failLeaseChange answers a refused release or touch with the detail the
+// request and the engine give: the state found, the attempt sent.
+func (h *handler) failLeaseChange(w http.ResponseWriter, r *http.Request, op string, err error, state string, attempt int) {
+	switch {
+	case errors.Is(err, delayqueue.ErrNotReserved) && state != "" && state != delayqueue.StateReserved:
+		fail(w, r, fmt.Sprintf("%s (it is %s)", msgNotReserved, state))
+	case errors.Is(err, delayqueue.ErrStaleDelivery) && attempt > 0:
+		fail(w, r, fmt.Sprintf("stale delivery: attempt %d is not the job's current delivery", attempt))
+	default:
+		h.failQueue(w, r, op, err)
+	}
+}

@@ -1,0 +1,80 @@
+package routers
+
+import (
+	"bytes"
+	"net/http"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// statsRequest is the body of /stats: one topic, or ("") all of them.
+type statsRequest struct {
+	Topic string
+}
+
+func decodeStats(body []byte) (statsRequest, error) {
+	obj, err := parseObject(body, "topic")
+	if err != nil {
+		return statsRequest{}, err
+	}
+	if !obj.has("topic") {
+		return statsRequest{}, nil
+	}
+	topic, err := decodeTopicObject(obj)
+	return statsRequest{Topic: topic}, err
+}
+
+// decodeTopics accepts an empty body or any JSON object: /topics takes no
+// parameters.
+func decodeTopics(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	_, err := parseObject(body)
+	return err
+}
+
+// stats answers the count of jobs in each state, per topic. The engine keeps
+// counters, so this costs O(topics).
+func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeStats(body)
+	if err != nil {
+		fail(w, r, err.Error())
+		return
+	}
+	noteJob(r, req.Topic, "")
+	stats, err := h.queue.Stats(r.Context(), req.Topic)
+	if err != nil {
+		h.failQueue(w, r, "stats", err)
+		return
+	}
+	if stats == nil {
+		stats = map[string]delayqueue.TopicStats{}
+	}
+	succeed(w, r, "ok", stats)
+}
+
+// topics lists the topics that hold jobs, sorted.
+func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := decodeTopics(body); err != nil {
+		fail(w, r, err.Error())
+		return
+	}
+	topics, err := h.queue.Topics(r.Context())
+	if err != nil {
+		h.failQueue(w, r, "topics", err)
+		return
+	}
+	if topics == nil {
+		topics = []string{}
+	}
+	succeed(w, r, "ok", topics)
+}
