@@ -38,12 +38,18 @@ type Options struct {
 	// (Redis WAIT) until that many replicas have it, for up to WaitTimeout.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// MaxHeldPops bounds the Pops this process holds at once; beyond it
+	// Pop fails with ErrTooManyWaiters. 0 means 20000.
+	MaxHeldPops int
+	// Observer receives events for metrics; nil ignores them.
+	Observer Observer
 }
 
 const (
 	defaultKeyPrefix   = "dq_"
 	defaultDispatchers = 4
 	defaultMoveBatch   = 500
+	defaultMaxHeldPops = 20000
 	// Dead letters kept per topic, and for how long.
 	defaultDeadMaxPerTopic = 10000
 	defaultDeadTTL         = 7 * 24 * time.Hour
@@ -72,6 +78,8 @@ type Queue struct {
 	stopOnce    sync.Once
 	stopWaiting chan struct{}
 	redisDown   atomic.Bool
+	held        atomic.Int64
+	obs         Observer
 }
 
 // New builds a Queue. It does not touch Redis; Run starts the background
@@ -100,6 +108,12 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 	}
 	if opts.WaitReplicas > 0 && opts.WaitTimeout <= 0 {
 		opts.WaitTimeout = time.Second
+	}
+	if opts.MaxHeldPops <= 0 {
+		opts.MaxHeldPops = defaultMaxHeldPops
+	}
+	if opts.Observer == nil {
+		opts.Observer = NopObserver{}
 	}
 	if opts.BlockTimeout <= 0 {
 		opts.BlockTimeout = 178 * time.Second
@@ -130,6 +144,7 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		scripts:     sc,
 		instance:    hex.EncodeToString(idBytes[:]),
 		stopWaiting: make(chan struct{}),
+		obs:         opts.Observer,
 	}
 	for i := 1; i <= opts.BucketSize; i++ {
 		q.scanners = append(q.scanners, newScanner(q, i))
@@ -235,6 +250,7 @@ func (q *Queue) noteRedis(err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
+	q.obs.RedisError()
 	if q.redisDown.CompareAndSwap(false, true) {
 		q.log.Error("redis is unreachable", "err", err)
 	}

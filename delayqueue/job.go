@@ -30,12 +30,12 @@ func (q *Queue) Finish(ctx context.Context, id string) error {
 // FinishBatch finishes every id it can and returns the ids it left alone
 // because they are dead-lettered.
 func (q *Queue) FinishBatch(ctx context.Context, ids []string) (dead []string, err error) {
-	reply, err := q.removeJobs(ctx, "finish", q.scripts.finish, ids)
+	statuses, err := q.removeJobs(ctx, "finish", q.scripts.finish, ids, q.obs.JobsFinished)
 	if err != nil {
 		return nil, err
 	}
-	for i, r := range reply {
-		if r < 0 {
+	for i, s := range statuses {
+		if s < 0 {
 			dead = append(dead, ids[i])
 		}
 	}
@@ -45,21 +45,23 @@ func (q *Queue) FinishBatch(ctx context.Context, ids []string) (dead []string, e
 // Delete removes a job in any state, dead letters included. An unknown id
 // is not an error.
 func (q *Queue) Delete(ctx context.Context, id string) error {
-	_, err := q.removeJobs(ctx, "delete", q.scripts.remove, []string{id})
+	_, err := q.removeJobs(ctx, "delete", q.scripts.remove, []string{id}, q.obs.JobsDeleted)
 	return err
 }
 
 // DeleteBatch deletes ids and returns how many existed.
 func (q *Queue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
-	reply, err := q.removeJobs(ctx, "delete", q.scripts.remove, ids)
+	statuses, err := q.removeJobs(ctx, "delete", q.scripts.remove, ids, q.obs.JobsDeleted)
 	n := 0
-	for _, r := range reply {
-		n += int(r)
+	for _, s := range statuses {
+		n += int(s)
 	}
 	return n, err
 }
 
-func (q *Queue) removeJobs(ctx context.Context, op string, script *redis.Script, ids []string) ([]int64, error) {
+// removeJobs runs finish.lua or delete.lua on ids and returns each id's
+// status; observe counts the jobs removed per topic.
+func (q *Queue) removeJobs(ctx context.Context, op string, script *redis.Script, ids []string, observe func(string, int)) ([]int64, error) {
 	if len(ids) == 0 || len(ids) > MaxIDsPerCall {
 		return nil, fmt.Errorf("%s: %w: 1 to %d ids are needed", op, ErrInvalidJob, MaxIDsPerCall)
 	}
@@ -70,11 +72,25 @@ func (q *Queue) removeJobs(ctx context.Context, op string, script *redis.Script,
 		}
 		args[i] = id
 	}
-	reply, err := redis.Int64s(q.evalAck(ctx, script, nil, args...))
+	reply, err := redis.Values(q.evalAck(ctx, script, nil, args...))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
 	}
-	return reply, nil
+	statuses := make([]int64, 0, len(ids))
+	for rest := reply; len(rest) >= 2; rest = rest[2:] {
+		var (
+			status int64
+			topic  string
+		)
+		if _, err := redis.Scan(rest[:2], &status, &topic); err != nil {
+			return statuses, fmt.Errorf("%s %s: reply: %w", op, ids[0], err)
+		}
+		statuses = append(statuses, status)
+		if status == 1 {
+			observe(topic, 1)
+		}
+	}
+	return statuses, nil
 }
 
 // Release gives a reserved job back: that delivery ends as failed now, and
@@ -111,8 +127,12 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 		status int
 		state  string
 		at     int64
+		topic  string
 	)
-	if _, err := redis.Scan(reply, &status, &state, &at); err != nil {
+	if len(reply) < 4 {
+		reply = append(reply, "")
+	}
+	if _, err := redis.Scan(reply, &status, &state, &at, &topic); err != nil {
 		return "", time.Time{}, fmt.Errorf("%s %s: reply: %w", op, id, err)
 	}
 	switch status {
@@ -125,6 +145,9 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 		return state, time.Time{}, fmt.Errorf("%s %s: %w (it is %s)", op, id, ErrNotReserved, state)
 	case -2:
 		return state, time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrStaleDelivery)
+	}
+	if state == StateDead {
+		q.obs.JobsDeadLettered(topic, 1)
 	}
 	return state, time.UnixMilli(at), nil
 }

@@ -214,6 +214,11 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 		return nil, lastErr
 	}
 
+	if q.held.Add(1) > int64(q.opts.MaxHeldPops) {
+		q.held.Add(-1)
+		return nil, fmt.Errorf("pop: %w: this server already holds %d pops", ErrTooManyWaiters, q.opts.MaxHeldPops)
+	}
+	defer q.held.Add(-1)
 	w := &waiter{topics: topics, count: count, result: make(chan popResult, 1)}
 	q.wakeLoops(q.waiters.add(w, false))
 	timer := time.NewTimer(hold)
@@ -265,6 +270,7 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 			return ds, fmt.Errorf("claim: reply: %w", err)
 		}
 		ds = append(ds, &Delivery{ID: id, Topic: topic, Body: body, TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)})
+		q.obs.JobDelivered(topic, int(attempts))
 	}
 	return ds, nil
 }

@@ -122,6 +122,9 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 	for i, job := range jobs {
 		due, status := reply[1+2*i], reply[2+2*i]
 		results[i] = PushResult{Status: PushStatus(status), DueAt: time.UnixMilli(due)}
+		if status != int64(PushExists) {
+			q.obs.JobsPushed(job.Topic, 1)
+		}
 		if status != int64(PushExists) && due > now {
 			b := q.keys.bucketNumber(job.ID)
 			q.scanners[b-1].wakeBy(time.Now().Add(time.Duration(due-now) * time.Millisecond))

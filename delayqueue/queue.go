@@ -56,6 +56,9 @@ var (
 	// ErrNotReplicated reports a change Redis made but could not copy to
 	// the replicas asked for in time: the client should retry it.
 	ErrNotReplicated = errors.New("change not acknowledged by enough redis replicas")
+	// ErrTooManyWaiters reports a Pop refused because the process already
+	// holds its maximum of waiting Pops.
+	ErrTooManyWaiters = errors.New("too many held pops")
 )
 
 // Job is what a producer pushes.

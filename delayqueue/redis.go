@@ -2,9 +2,14 @@ package delayqueue
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -13,11 +18,28 @@ import (
 // MinRedisVersion is the oldest Redis the engine runs on.
 const MinRedisVersion = "6.2.0"
 
-// RedisOptions says how to reach Redis.
+// RedisOptions says how to reach Redis: one server at Addr, or the primary
+// that Redis Sentinel names (SentinelAddrs and MasterName).
 type RedisOptions struct {
-	Addr           string
-	DB             int
-	Password       string
+	// Addr is the server's host:port. It is ignored when SentinelAddrs is
+	// set.
+	Addr string
+	DB   int
+	// Username selects an ACL user; it is sent only with a Password
+	// (AUTH username password).
+	Username string
+	Password string
+	// TLS encrypts the connections, to Redis and to the sentinels, with
+	// TLSConfig (nil: the system's roots, and the server name taken from
+	// the address).
+	TLS       bool
+	TLSConfig *tls.Config
+	// SentinelAddrs lists sentinels (host:port), asked in turn for the
+	// address of the primary named MasterName each time a connection is
+	// opened, so that new connections follow a failover.
+	SentinelAddrs []string
+	MasterName    string
+
 	MaxIdle        int
 	MaxActive      int // 0 picks DefaultMaxActive: the engine never holds a connection per waiter
 	ConnectTimeout time.Duration
@@ -29,21 +51,60 @@ type RedisOptions struct {
 // redis.max_active at 0.
 const DefaultMaxActive = 48
 
-// Dial opens one connection with the options' address, credentials and
-// timeouts.
+// NewTLSConfig returns the TLS settings for redis.tls: the certificates in
+// the PEM file caFile as the only trusted roots (the system's roots when
+// caFile is empty), and serverName as the name the server's certificate
+// must carry (empty: the host of the address dialed).
+func NewTLSConfig(caFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read CA certificates: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no PEM certificate in %s", caFile)
+	}
+	cfg.RootCAs = roots
+	return cfg, nil
+}
+
+// Dial opens one connection to the primary: the server at Addr, or, with
+// SentinelAddrs, the server the sentinels currently name as the primary
+// (checked with ROLE). Connections that learn their server was demoted to a
+// replica (a READONLY or MASTERDOWN reply) report it through Err, so the
+// pool closes them instead of reusing them, and the blocking loops redial.
 func (o RedisOptions) Dial() (redis.Conn, error) {
+	if len(o.SentinelAddrs) > 0 {
+		return o.dialPrimary()
+	}
+	c, err := o.dialServer(o.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return &primaryConn{Conn: c}, nil
+}
+
+// dialServer opens a connection to the Redis server at addr with the
+// options' credentials, TLS settings, database and timeouts.
+func (o RedisOptions) dialServer(addr string) (redis.Conn, error) {
 	opts := []redis.DialOption{
 		redis.DialConnectTimeout(o.ConnectTimeout),
 		redis.DialReadTimeout(o.ReadTimeout),
 		redis.DialWriteTimeout(o.WriteTimeout),
 		redis.DialDatabase(o.DB),
+		redis.DialUseTLS(o.TLS),
+		redis.DialTLSConfig(o.TLSConfig),
 	}
 	if o.Password != "" {
-		opts = append(opts, redis.DialPassword(o.Password))
+		opts = append(opts, redis.DialUsername(o.Username), redis.DialPassword(o.Password))
 	}
-	c, err := redis.Dial("tcp", o.Addr, opts...)
+	c, err := redis.Dial("tcp", addr, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to redis at %s: %w", o.Addr, err)
+		return nil, fmt.Errorf("connect to redis at %s: %w", addr, err)
 	}
 	return c, nil
 }
@@ -58,20 +119,101 @@ func NewPool(o RedisOptions) *redis.Pool {
 	if maxIdle > maxActive {
 		maxIdle = maxActive
 	}
+	followSentinel := len(o.SentinelAddrs) > 0
 	return &redis.Pool{
 		MaxIdle:     maxIdle,
 		MaxActive:   maxActive,
 		Wait:        true,
 		IdleTimeout: 240 * time.Second,
 		Dial:        o.Dial,
-		TestOnBorrow: func(c redis.Conn, t time.Time) error {
-			if time.Since(t) < 30*time.Second {
+		TestOnBorrow: func(c redis.Conn, returned time.Time) error {
+			idle := time.Since(returned)
+			// A failover may have demoted the server while the connection
+			// sat idle. Busy connections skip the check: they come back
+			// within milliseconds, and a write on a demoted server fails
+			// with READONLY, which drops the connection anyway.
+			if followSentinel && idle >= roleCheckAfterIdle {
+				return checkPrimary(c)
+			}
+			if idle < 30*time.Second {
 				return nil
 			}
 			_, err := c.Do("PING")
 			return err
 		},
 	}
+}
+
+// roleCheckAfterIdle is how long a pooled connection may sit idle, with
+// Sentinel, before it is checked again to be talking to the primary.
+const roleCheckAfterIdle = time.Second
+
+// errDemoted is the Err of a connection whose server answered that it is
+// not (or no longer) a writable primary.
+var errDemoted = errors.New("redis server is no longer the primary (READONLY or MASTERDOWN reply)")
+
+// primaryConn is a connection to a server believed to be the primary. A
+// reply saying the server is a replica marks it broken: redigo's pool
+// closes connections whose Err is not nil when they are returned, so the
+// next command dials again, and with Sentinel finds the new primary.
+type primaryConn struct {
+	redis.Conn
+	demoted atomic.Bool
+}
+
+var (
+	_ redis.ConnWithTimeout = (*primaryConn)(nil)
+	_ redis.ConnWithContext = (*primaryConn)(nil)
+)
+
+// note marks the connection broken when err is a reply from a replica.
+func (c *primaryConn) note(reply any, err error) (any, error) {
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && isReplicaReply(redisErr) {
+		c.demoted.Store(true)
+	}
+	return reply, err
+}
+
+// isReplicaReply tells the error replies only a replica gives: a write
+// refused (READONLY, also from scripts) or a replica cut from its primary
+// (MASTERDOWN).
+func isReplicaReply(err redis.Error) bool {
+	return strings.HasPrefix(string(err), "READONLY") || strings.HasPrefix(string(err), "MASTERDOWN")
+}
+
+func (c *primaryConn) Err() error {
+	if err := c.Conn.Err(); err != nil {
+		return err
+	}
+	if c.demoted.Load() {
+		return errDemoted
+	}
+	return nil
+}
+
+func (c *primaryConn) Do(cmd string, args ...any) (any, error) {
+	return c.note(c.Conn.Do(cmd, args...))
+}
+
+func (c *primaryConn) Receive() (any, error) {
+	return c.note(c.Conn.Receive())
+}
+
+func (c *primaryConn) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (any, error) {
+	return c.note(redis.DoWithTimeout(c.Conn, timeout, cmd, args...))
+}
+
+func (c *primaryConn) ReceiveWithTimeout(timeout time.Duration) (any, error) {
+	return c.note(redis.ReceiveWithTimeout(c.Conn, timeout))
+}
+
+func (c *primaryConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return c.note(redis.DoContext(c.Conn, ctx, cmd, args...))
+}
+
+func (c *primaryConn) ReceiveContext(ctx context.Context) (any, error) {
+	return c.note(redis.ReceiveContext(c.Conn, ctx))
 }
 
 // CheckServer verifies that Redis answers and is new enough.

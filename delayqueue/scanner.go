@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -50,9 +51,29 @@ type moveResult struct {
 }
 
 func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
-	r, err := redis.Int64s(s.q.eval(ctx, s.q.scripts.moveDue, []string{s.key}, s.q.opts.MoveBatch))
+	reply, err := redis.Values(s.q.eval(ctx, s.q.scripts.moveDue, []string{s.key}, s.q.opts.MoveBatch))
 	if err != nil {
 		return moveResult{}, err
+	}
+	if len(reply) < 4 {
+		return moveResult{}, fmt.Errorf("move due: short reply")
+	}
+	r, err := redis.Int64s(reply[:4], nil)
+	if err != nil {
+		return moveResult{}, fmt.Errorf("move due: reply: %w", err)
+	}
+	expired, err := redis.Strings(reply[4:], nil)
+	if err != nil {
+		return moveResult{}, fmt.Errorf("move due: reply: %w", err)
+	}
+	if r[3] >= 0 {
+		s.q.obs.ScanLag(time.Duration(r[2]-r[3]) * time.Millisecond)
+	}
+	for rest := expired; len(rest) >= 2; rest = rest[2:] {
+		s.q.obs.LeaseExpired(rest[0])
+		if rest[1] == StateDead {
+			s.q.obs.JobsDeadLettered(rest[0], 1)
+		}
 	}
 	return moveResult{moved: int(r[0]), nextDue: r[1], now: r[2]}, nil
 }

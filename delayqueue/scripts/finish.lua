@@ -3,19 +3,21 @@
 -- delete or a kick changes it.
 -- KEYS: none (built from the ARGV header, see lib.lua).
 -- ARGV[ARG..] ids.
--- Reply: per id, 1 finished, 0 unknown, -1 dead-lettered (left alone).
+-- Reply: per id, a status (1 finished, 0 unknown, -1 dead-lettered: left
+-- alone) and the job's topic ('' when unknown).
 local reply = {}
 for i = ARG, #ARGV do
   local id = ARGV[i]
   local job = job_key(id)
   local f = redis.call('HMGET', job, 's', 't', 'k')
-  if not f[1] then
-    reply[#reply + 1] = 0
-  elseif f[1] == 'dead' then
-    reply[#reply + 1] = -1
-  else
+  local status = 0
+  if f[1] == 'dead' then
+    status = -1
+  elseif f[1] then
     remove_job(id, job, f[2], f[1], f[3])
-    reply[#reply + 1] = 1
+    status = 1
   end
+  reply[#reply + 1] = status
+  reply[#reply + 1] = f[2] or ''
 end
 return reply

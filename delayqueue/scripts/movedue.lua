@@ -5,7 +5,7 @@
 -- KEYS[1] the bucket.
 -- ARGV[ARG] batch size.
 -- Reply: {entries handled, next due ms or -1, now ms, oldest due ms handled
--- or -1}.
+-- or -1, then per expired lease: its topic and the job's new state}.
 local bucket = KEYS[1]
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', int(now), 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[ARG]))
@@ -20,6 +20,7 @@ end
 local moved = {}
 local order = {}
 local oldest = -1
+local expired = {}
 for i = 1, #due, 2 do
   local id = due[i]
   local job = job_key(id)
@@ -39,7 +40,8 @@ for i = 1, #due, 2 do
     end
     moved[f[2]] = moved[f[2]] + 1
   elseif f[1] == 'reserved' then
-    fail_delivery(id, job, 'ttr-expired', tonumber(due[i + 1]), nil, now)
+    expired[#expired + 1] = f[2]
+    expired[#expired + 1] = fail_delivery(id, job, 'ttr-expired', tonumber(due[i + 1]), nil, now)
   end
 end
 for _, topic in ipairs(order) do
@@ -50,4 +52,8 @@ local first = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 if first[2] then
   next_due = tonumber(first[2])
 end
-return {#ids, next_due, now, oldest}
+local reply = {#ids, next_due, now, oldest}
+for _, v in ipairs(expired) do
+  reply[#reply + 1] = v
+end
+return reply

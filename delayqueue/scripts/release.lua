@@ -7,11 +7,11 @@
 -- the reason recorded if it dies ('released', or 'callback-failed' from the
 -- webhook dispatcher, which also gives ARGV[ARG+4..6]: the call's status,
 -- error and the start of the response, kept for /get).
--- Reply: {status, state or '', due ms}: status 1 released, 0 unknown id,
+-- Reply: {status, state or '', due ms, topic}: status 1 released, 0 unknown id,
 -- -1 not reserved (state given), -2 stale delivery (attempt differs).
 local id = ARGV[ARG]
 local job = job_key(id)
-local f = redis.call('HMGET', job, 's', 'a', 'k')
+local f = redis.call('HMGET', job, 's', 'a', 'k', 't')
 if not f[1] then
   return {0, '', 0}
 end
@@ -35,4 +35,4 @@ local due = now
 if state == 'delay' then
   due = tonumber(redis.call('ZSCORE', bucket_key(f[3]), id))
 end
-return {1, state, due}
+return {1, state, due, f[4]}

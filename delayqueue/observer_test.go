@@ -1,0 +1,83 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+type recordingObserver struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (r *recordingObserver) add(event, topic string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[event+"/"+topic] += n
+}
+
+func (r *recordingObserver) get(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[key]
+}
+
+func (r *recordingObserver) JobsPushed(t string, n int)       { r.add("pushed", t, n) }
+func (r *recordingObserver) JobsFinished(t string, n int)     { r.add("finished", t, n) }
+func (r *recordingObserver) JobsDeleted(t string, n int)      { r.add("deleted", t, n) }
+func (r *recordingObserver) JobsDeadLettered(t string, n int) { r.add("dead", t, n) }
+func (r *recordingObserver) LeaseExpired(t string)            { r.add("expired", t, 1) }
+func (r *recordingObserver) ScanLag(time.Duration)            { r.add("scan", "", 1) }
+func (r *recordingObserver) RedisError()                      { r.add("redis-error", "", 1) }
+func (r *recordingObserver) JobDelivered(t string, attempts int) {
+	if attempts > 1 {
+		r.add("redelivered", t, 1)
+	}
+	r.add("delivered", t, 1)
+}
+
+func TestObserverSeesEveryEvent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		obs := &recordingObserver{counts: map[string]int{}}
+		q := newTestQueue(t, addr, func(o *Options) { o.Observer = obs })
+		ctx := context.Background()
+		mustPush(t, q, Job{Topic: "o", ID: "a"})
+		mustPush(t, q, Job{Topic: "o", ID: "b", Delay: time.Hour})
+		mustPush(t, q, Job{Topic: "o", ID: "c", TTR: time.Second, MaxAttempts: 2})
+		mustPop(t, q, time.Second, "o")
+		if err := q.Finish(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Delete(ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+		mustPop(t, q, time.Second, "o")                       // c, attempt 1
+		if d := mustPop(t, q, 5*time.Second, "o"); d == nil { // c again after its ttr
+			t.Fatal("no redelivery")
+		}
+		waitFor(t, 5*time.Second, "c dead-lettered", func() bool { return obs.get("dead/o") == 1 })
+		for key, want := range map[string]int{"pushed/o": 3, "delivered/o": 3, "redelivered/o": 1,
+			"finished/o": 1, "deleted/o": 1, "expired/o": 2} {
+			if got := obs.get(key); got != want {
+				t.Errorf("%s = %d, want %d", key, got, want)
+			}
+		}
+		if q.HeldPops() != 0 {
+			t.Errorf("held pops = %d after every pop returned", q.HeldPops())
+		}
+	})
+}
+
+func TestMaxHeldPops(t *testing.T) {
+	q := newTestQueue(t, backends[0].start(t), func(o *Options) { o.MaxHeldPops = 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Pop(ctx, []string{"idle"}, 10*time.Second)
+	waitFor(t, 5*time.Second, "one pop held", func() bool { return q.HeldPops() == 1 })
+	if _, err := q.Pop(context.Background(), []string{"idle"}, time.Second); !errors.Is(err, ErrTooManyWaiters) {
+		t.Fatal("a second held pop was accepted over MaxHeldPops = 1")
+	}
+}
