@@ -38,7 +38,7 @@ type fakeQueue struct {
 	calls []queueCall
 
 	err         error                   // returned by every method when set
-	getErr      error                   // returned by Get when set, instead of err
+	opErr       map[string]error        // by op name ("get", "touch"…): overrides err
 	pushResult  delayqueue.PushResult   // returned by Push
 	pushResults []delayqueue.PushResult // returned by PushBatch; nil: created for each job
 	delivery    *delayqueue.Delivery    // returned by Pop
@@ -70,6 +70,14 @@ func (f *fakeQueue) record(c queueCall) {
 	}
 }
 
+// errOf is the error the fake returns for op.
+func (f *fakeQueue) errOf(op string) error {
+	if err, ok := f.opErr[op]; ok {
+		return err
+	}
+	return f.err
+}
+
 func (f *fakeQueue) recorded() []queueCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -78,13 +86,13 @@ func (f *fakeQueue) recorded() []queueCall {
 
 func (f *fakeQueue) Push(ctx context.Context, job delayqueue.Job) (delayqueue.PushResult, error) {
 	f.record(queueCall{op: "push", job: job})
-	return f.pushResult, f.err
+	return f.pushResult, f.errOf("push")
 }
 
 func (f *fakeQueue) PushBatch(ctx context.Context, jobs []delayqueue.Job) ([]delayqueue.PushResult, error) {
 	f.record(queueCall{op: "pushBatch", jobs: jobs})
-	if f.err != nil {
-		return nil, f.err
+	if err := f.errOf("pushBatch"); err != nil {
+		return nil, err
 	}
 	if f.pushResults != nil {
 		return f.pushResults, nil
@@ -99,75 +107,72 @@ func (f *fakeQueue) Pop(ctx context.Context, topics []string, hold time.Duration
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return f.delivery, f.err
+	return f.delivery, f.errOf("pop")
 }
 
 func (f *fakeQueue) PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*delayqueue.Delivery, error) {
 	f.record(queueCall{op: "popBatch", topics: topics, count: count, hold: hold})
-	return f.deliveries, f.err
+	return f.deliveries, f.errOf("popBatch")
 }
 
 func (f *fakeQueue) Finish(ctx context.Context, id string) error {
 	f.record(queueCall{op: "finish", id: id})
-	return f.err
+	return f.errOf("finish")
 }
 
 func (f *fakeQueue) FinishBatch(ctx context.Context, ids []string) ([]string, error) {
 	f.record(queueCall{op: "finishBatch", ids: ids})
-	return f.dead, f.err
+	return f.dead, f.errOf("finishBatch")
 }
 
 func (f *fakeQueue) Delete(ctx context.Context, id string) error {
 	f.record(queueCall{op: "delete", id: id})
-	return f.err
+	return f.errOf("delete")
 }
 
 func (f *fakeQueue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
 	f.record(queueCall{op: "deleteBatch", ids: ids})
-	return f.deleted, f.err
+	return f.deleted, f.errOf("deleteBatch")
 }
 
 func (f *fakeQueue) Get(ctx context.Context, id string) (*delayqueue.JobInfo, error) {
 	f.record(queueCall{op: "get", id: id})
-	if f.getErr != nil {
-		return nil, f.getErr
-	}
-	return f.info, f.err
+	return f.info, f.errOf("get")
 }
 
 func (f *fakeQueue) Release(ctx context.Context, id string, delay *time.Duration, attempt int) (string, time.Time, error) {
 	f.record(queueCall{op: "release", id: id, delay: delay, attempt: attempt})
-	return f.state, f.due, f.err
+	return f.state, f.due, f.errOf("release")
 }
 
 func (f *fakeQueue) Touch(ctx context.Context, id string, attempt int) (time.Time, error) {
 	f.record(queueCall{op: "touch", id: id, attempt: attempt})
-	return f.leaseUntil, f.err
+	return f.leaseUntil, f.errOf("touch")
 }
 
 func (f *fakeQueue) DeadList(ctx context.Context, topic string, offset, limit int) ([]delayqueue.JobInfo, int, error) {
 	f.record(queueCall{op: "deadList", topic: topic, offset: offset, limit: limit})
-	return f.deadJobs, f.deadTotal, f.err
+	return f.deadJobs, f.deadTotal, f.errOf("deadList")
 }
 
 func (f *fakeQueue) DeadKick(ctx context.Context, topic, id string, count int) ([]string, error) {
 	f.record(queueCall{op: "deadKick", topic: topic, id: id, count: count})
-	return f.kicked, f.err
+	return f.kicked, f.errOf("deadKick")
 }
 
 func (f *fakeQueue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
 	f.record(queueCall{op: "deadDelete", topic: topic, id: id})
-	return f.deleted, f.err
+	return f.deleted, f.errOf("deadDelete")
 }
 
 func (f *fakeQueue) Stats(ctx context.Context, topic string) (map[string]delayqueue.TopicStats, error) {
 	f.record(queueCall{op: "stats", topic: topic})
-	return f.stats, f.err
+	return f.stats, f.errOf("stats")
 }
 
 func (f *fakeQueue) Topics(ctx context.Context) ([]string, error) {
 	f.record(queueCall{op: "topics"})
-	return f.topicNames, f.err
+	return f.topicNames, f.errOf("topics")
 }
 
 // testLogWriter routes log lines to t.Log.

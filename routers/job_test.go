@@ -1,6 +1,8 @@
 package routers
 
 import (
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +63,98 @@ func TestIDEndpoints(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestFinishDeleteIDs(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		wantIDs []string // nil when the request is invalid
+		want    string   // message of an invalid request
+	}{
+		{"one id in a list", `{"ids":["a"]}`, []string{"a"}, ""},
+		{"ids trimmed, repeats dropped, order kept", `{"ids":[" b ","a","b","c","a"]}`, []string{"b", "a", "c"}, ""},
+		{"1000 ids", `{"ids":[` + quotedIDs(1000) + `]}`, strings.Split(strings.ReplaceAll(quotedIDs(1000), `"`, ""), ","), ""},
+		{"null id beside ids", `{"id":null,"ids":["a"]}`, []string{"a"}, ""},
+		{"both id and ids", `{"id":"a","ids":["a"]}`, nil, "give either id or ids, not both"},
+		{"ids empty", `{"ids":[]}`, nil, "ids must hold 1 to 1000 ids, got 0"},
+		{"1001 ids", `{"ids":[` + quotedIDs(1001) + `]}`, nil, "ids must hold 1 to 1000 ids, got 1001"},
+		{"ids a string", `{"ids":"a,b"}`, nil, "ids must be an array of ids, got a string"},
+		{"an id a number", `{"ids":["a",5]}`, nil, "ids[1] must be a string, got a number"},
+		{"an id null", `{"ids":[null]}`, nil, "ids[0] must be a string, got null"},
+		{"an id blank", `{"ids":["a"," "]}`, nil, "ids[1] is required and must not be blank"},
+		{"an id too long", `{"ids":["` + strings.Repeat("i", 257) + `"]}`, nil, "ids[0] must be at most 256 bytes, got 257"},
+		{"an id invalid UTF-8", "{\"ids\":[\"a\",\"\xc3\x28\"]}", nil, "ids[1] must be valid UTF-8"},
+		{"an id lone surrogate", `{"ids":["\udc00"]}`, nil, "ids[0] must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)"},
+	}
+	endpoints := []struct {
+		path, op, success string
+	}{
+		{"/finish", "finishBatch", `{"code":0,"message":"finished","data":{"finished":%d,"dead":[]}}`},
+		{"/delete", "deleteBatch", `{"code":0,"message":"deleted","data":{"deleted":7}}`},
+	}
+	for _, ep := range endpoints {
+		for _, tc := range tests {
+			t.Run(ep.path+"/"+tc.name, func(t *testing.T) {
+				q := &fakeQueue{deleted: 7}
+				opts := testOptions()
+				opts.MaxBodyBytes = 1 << 20
+				resp := serve(t, New(q, opts, testLogger(t)), "POST", ep.path, tc.body)
+				calls := q.recorded()
+				if tc.wantIDs == nil {
+					if resp.status != 200 || resp.code != 1 || resp.msg != tc.want || string(resp.data) != "null" {
+						t.Fatalf("answer %d %s, want code 1 %q", resp.status, resp.raw, tc.want)
+					}
+					if len(calls) != 0 {
+						t.Fatalf("queue called for an invalid request: %+v", calls)
+					}
+					return
+				}
+				want := ep.success
+				if strings.Contains(want, "%d") {
+					want = fmt.Sprintf(want, len(tc.wantIDs))
+				}
+				if resp.status != 200 || resp.raw != want+"\n" {
+					t.Fatalf("answer %d %s, want %s", resp.status, resp.raw, want)
+				}
+				if len(calls) != 1 || calls[0].op != ep.op || !reflect.DeepEqual(calls[0].ids, tc.wantIDs) {
+					t.Fatalf("calls = %+v, want one %s(%q)", calls, ep.op, tc.wantIDs)
+				}
+			})
+		}
+	}
+}
+
+func quotedIDs(n int) string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf(`"id%d"`, i)
+	}
+	return strings.Join(ids, ",")
+}
+
+// A batch finish that meets dead letters finishes the others and says which
+// it refused.
+func TestFinishBatchDead(t *testing.T) {
+	tests := []struct {
+		name string
+		dead []string
+		want string
+	}{
+		{"none dead", nil, `{"code":0,"message":"finished","data":{"finished":3,"dead":[]}}`},
+		{"one dead", []string{"b"}, `{"code":1,"message":"1 job is dead-lettered","data":{"finished":2,"dead":["b"]}}`},
+		{"two dead", []string{"a", "c"}, `{"code":1,"message":"2 jobs are dead-lettered","data":{"finished":1,"dead":["a","c"]}}`},
+		{"all dead", []string{"a", "b", "c"}, `{"code":1,"message":"3 jobs are dead-lettered","data":{"finished":0,"dead":["a","b","c"]}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{dead: tc.dead}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/finish", `{"ids":["a","b","c"]}`)
+			if resp.status != 200 || resp.raw != tc.want+"\n" {
+				t.Fatalf("answer %d %s\nwant %s", resp.status, resp.raw, tc.want)
+			}
+		})
 	}
 }
 

@@ -116,6 +116,62 @@ func TestPopAnswers(t *testing.T) {
 	}
 }
 
+func TestPopCount(t *testing.T) {
+	a := &delayqueue.Delivery{ID: "1", Topic: "t", Body: "a", TTR: time.Second, Attempts: 1}
+	b := &delayqueue.Delivery{ID: "2", Topic: "u", Body: "b", TTR: 30 * time.Second, Attempts: 4}
+	tests := []struct {
+		name       string
+		body       string
+		deliveries []*delayqueue.Delivery
+		wantCount  int
+		wantHold   time.Duration
+		want       string
+	}{
+		{"count 1 still answers an array", `{"topic":"t","count":1}`, []*delayqueue.Delivery{a}, 1, 30 * time.Second,
+			`{"code":0,"message":"ok","data":[{"id":"1","body":"a","topic":"t","ttr":1,"attempts":1}]}`},
+		{"several jobs", `{"topic":"t,u","count":100,"timeout":2}`, []*delayqueue.Delivery{a, b}, 100, 2 * time.Second,
+			`{"code":0,"message":"2 jobs","data":[{"id":"1","body":"a","topic":"t","ttr":1,"attempts":1},` +
+				`{"id":"2","body":"b","topic":"u","ttr":30,"attempts":4}]}`},
+		{"none: an empty array, not null", `{"topic":"t","count":5,"timeout":0}`, nil, 5, 0,
+			`{"code":0,"message":"no job ready","data":[]}`},
+		{"null count is the original shape", `{"topic":"t","count":null}`, nil, 0, 30 * time.Second,
+			`{"code":0,"message":"no job ready","data":null}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{deliveries: tc.deliveries}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", tc.body)
+			if resp.raw != tc.want+"\n" {
+				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
+			}
+			calls := q.recorded()
+			wantOp := "popBatch"
+			if tc.wantCount == 0 {
+				wantOp = "pop"
+			}
+			if len(calls) != 1 || calls[0].op != wantOp || calls[0].count != tc.wantCount || calls[0].hold != tc.wantHold {
+				t.Fatalf("calls = %+v, want %s count %d hold %v", calls, wantOp, tc.wantCount, tc.wantHold)
+			}
+		})
+	}
+
+	for body, want := range map[string]string{
+		`{"topic":"t","count":0}`:     "count must be an integer between 1 and 100, got 0",
+		`{"topic":"t","count":101}`:   "count must be an integer between 1 and 100, got 101",
+		`{"topic":"t","count":-1}`:    "count must be an integer between 1 and 100, got -1",
+		`{"topic":"t","count":"5"}`:   "count must be an integer between 1 and 100, got a string",
+		`{"topic":"t","count":2.0}`:   "count must be an integer between 1 and 100, got 2.0",
+		`{"topic":"t","count":[1]}`:   "count must be an integer between 1 and 100, got an array",
+		`{"topic":"a,,b","count":10}`: "topic 2 of 3 is required and must not be blank",
+	} {
+		q := &fakeQueue{}
+		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", body)
+		if resp.code != 1 || resp.msg != want || string(resp.data) != "null" || len(q.recorded()) != 0 {
+			t.Errorf("%s: answer %s, want code 1 %q", body, resp.raw, want)
+		}
+	}
+}
+
 // A client that goes away ends the hold: Pop gets the request's context.
 func TestPopEndsWhenClientLeaves(t *testing.T) {
 	q := &fakeQueue{popStarted: make(chan context.Context, 1)}

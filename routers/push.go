@@ -83,19 +83,26 @@ func decodePush(body []byte, maxJobBodyBytes int) (pushRequest, error) {
 	firstIndexOf := make(map[string]int, len(elements))
 	for i, element := range elements {
 		job, err := decodeBatchJob(element, maxJobBodyBytes)
+		id := job.ID
 		if err != nil {
-			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: readableID(element), Message: err.Error()})
-			continue
+			id = readableID(element)
 		}
-		// Ids repeat within a batch: all or nothing means no silent
+		// An id repeated within a batch is an error, even when the first
+		// job is bad for another reason: all or nothing means no silent
 		// last-one-wins.
-		if first, seen := firstIndexOf[job.ID]; seen {
-			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: job.ID,
-				Message: fmt.Sprintf("id %q is already used by job %d of the batch", job.ID, first)})
-			continue
+		first, seen := firstIndexOf[id]
+		if !seen && id != "" {
+			firstIndexOf[id] = i
 		}
-		firstIndexOf[job.ID] = i
-		req.Jobs[i] = job
+		switch {
+		case err != nil:
+			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: id, Message: err.Error()})
+		case seen:
+			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: id,
+				Message: fmt.Sprintf("id %q is already used by job %d of the batch", id, first)})
+		default:
+			req.Jobs[i] = job
+		}
 	}
 	if len(invalid.jobs) > 0 {
 		return pushRequest{}, invalid
@@ -111,9 +118,6 @@ func decodeBatchJob(element json.RawMessage, maxJobBodyBytes int) (delayqueue.Jo
 	obj, err := parseObject(element, jobFields()...)
 	if err != nil {
 		return delayqueue.Job{}, err
-	}
-	if obj.has("jobs") {
-		return delayqueue.Job{}, errors.New("a job of a batch must not hold jobs")
 	}
 	return decodeJob(obj, maxJobBodyBytes)
 }

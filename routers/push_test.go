@@ -1,6 +1,8 @@
 package routers
 
 import (
+	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -64,6 +66,28 @@ func TestPushAccepts(t *testing.T) {
 			delayqueue.Job{Topic: "b", ID: "1", TTR: time.Second}},
 		{"whitespace around the object", " \r\n\t{\"topic\":\"t\",\"id\":\"1\",\"ttr\":1} \n",
 			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second}},
+
+		// Lifecycle fields.
+		{"retry schedule", `{"topic":"t","id":"1","ttr":30,"retry":[120,600,600,3600,7200,21600,54000]}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: 30 * time.Second, Retry: []int{120, 600, 600, 3600, 7200, 21600, 54000}}},
+		{"retry extremes", `{"topic":"t","id":"1","ttr":1,"retry":[0, 2147483647 ,-0]}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second, Retry: []int{0, 2147483647, 0}}},
+		{"retry with 100 entries", `{"topic":"t","id":"1","ttr":1,"retry":[` + strings.Repeat("5,", 99) + `5]}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second, Retry: repeatInt(5, 100)}},
+		{"empty retry is no schedule", `{"topic":"t","id":"1","ttr":1,"retry":[]}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second}},
+		{"null retry is no schedule", `{"topic":"t","id":"1","ttr":1,"retry":null}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second}},
+		{"max_attempts", `{"topic":"t","id":"1","ttr":1,"max_attempts":3}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second, MaxAttempts: 3}},
+		{"max_attempts 0 is unlimited", `{"topic":"t","id":"1","ttr":1,"max_attempts":0}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second}},
+		{"largest max_attempts with a schedule", `{"topic":"t","id":"1","ttr":1,"retry":[1],"max_attempts":10000}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second, Retry: []int{1}, MaxAttempts: 10000}},
+		{"if_absent false is the default", `{"topic":"t","id":"1","ttr":1,"if_absent":false}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second}},
+		{"lifecycle keys match case-insensitively", `{"topic":"t","id":"1","ttr":1,"Retry":[1],"Max_Attempts":2}`,
+			delayqueue.Job{Topic: "t", ID: "1", TTR: time.Second, Retry: []int{1}, MaxAttempts: 2}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -174,6 +198,29 @@ func TestPushRejects(t *testing.T) {
 		{"ttr a string", `{"topic":"t","id":"1","ttr":"30"}`, "ttr must be an integer between 1 and 86400 (seconds), got a string"},
 		{"ttr a fraction", `{"topic":"t","id":"1","ttr":30.5}`, "ttr must be an integer between 1 and 86400 (seconds), got 30.5"},
 		{"ttr an array", `{"topic":"t","id":"1","ttr":[30]}`, "ttr must be an integer between 1 and 86400 (seconds), got an array"},
+
+		// retry
+		{"retry a number", `{` + valid + `,"retry":60}`, "retry must be an array of integers (seconds), got a number"},
+		{"retry a string", `{` + valid + `,"retry":"60,120"}`, "retry must be an array of integers (seconds), got a string"},
+		{"retry an object", `{` + valid + `,"retry":{"0":60}}`, "retry must be an array of integers (seconds), got an object"},
+		{"retry with 101 entries", `{` + valid + `,"retry":[` + strings.Repeat("1,", 100) + `1]}`, "retry must hold 0 to 100 integers (seconds), got 101"},
+		{"retry entry negative", `{` + valid + `,"retry":[1,-1]}`, "retry[1] must be an integer between 0 and 2147483647 (seconds), got -1"},
+		{"retry entry 2^31", `{` + valid + `,"retry":[2147483648]}`, "retry[0] must be an integer between 0 and 2147483647 (seconds), got 2147483648"},
+		{"retry entry a fraction", `{` + valid + `,"retry":[1.5]}`, "retry[0] must be an integer between 0 and 2147483647 (seconds), got 1.5"},
+		{"retry entry with exponent", `{` + valid + `,"retry":[1e2]}`, "retry[0] must be an integer between 0 and 2147483647 (seconds), got 1e2"},
+		{"retry entry a string", `{` + valid + `,"retry":[1,2,"3"]}`, "retry[2] must be an integer between 0 and 2147483647 (seconds), got a string"},
+		{"retry entry null", `{` + valid + `,"retry":[null]}`, "retry[0] must be an integer between 0 and 2147483647 (seconds), got null"},
+		{"retry entry an array", `{` + valid + `,"retry":[[1]]}`, "retry[0] must be an integer between 0 and 2147483647 (seconds), got an array"},
+
+		// max_attempts
+		{"max_attempts negative", `{` + valid + `,"max_attempts":-1}`, "max_attempts must be an integer between 0 and 10000 (0 is unlimited), got -1"},
+		{"max_attempts too large", `{` + valid + `,"max_attempts":10001}`, "max_attempts must be an integer between 0 and 10000 (0 is unlimited), got 10001"},
+		{"max_attempts a string", `{` + valid + `,"max_attempts":"3"}`, "max_attempts must be an integer between 0 and 10000 (0 is unlimited), got a string"},
+		{"max_attempts a fraction", `{` + valid + `,"max_attempts":2.5}`, "max_attempts must be an integer between 0 and 10000 (0 is unlimited), got 2.5"},
+
+		// if_absent
+		{"if_absent a string", `{` + valid + `,"if_absent":"true"}`, "if_absent must be true or false, got a string"},
+		{"if_absent a number", `{` + valid + `,"if_absent":1}`, "if_absent must be true or false, got a number"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,5 +244,185 @@ func TestPushReplacedMessage(t *testing.T) {
 	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", `{"topic":"t","id":"1","ttr":1}`)
 	if want := `{"code":0,"message":"pushed, replacing the job with the same id","data":null}` + "\n"; resp.raw != want {
 		t.Fatalf("answer %s, want %s", resp.raw, want)
+	}
+}
+
+func repeatInt(n, times int) []int {
+	s := make([]int, times)
+	for i := range s {
+		s[i] = n
+	}
+	return s
+}
+
+// if_absent: data says whether the job existed; without it data stays null.
+func TestPushIfAbsentAnswers(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		status delayqueue.PushStatus
+		want   string
+	}{
+		{"absent: pushed", `{"topic":"t","id":"1","ttr":1,"if_absent":true}`, delayqueue.PushCreated,
+			`{"code":0,"message":"pushed","data":{"exists":false}}`},
+		{"exists: left alone", `{"topic":"t","id":"1","ttr":1,"if_absent":true}`, delayqueue.PushExists,
+			`{"code":0,"message":"not pushed: a job with this id exists (if_absent)","data":{"exists":true}}`},
+		{"if_absent false replaces as before", `{"topic":"t","id":"1","ttr":1,"if_absent":false}`, delayqueue.PushReplaced,
+			`{"code":0,"message":"pushed, replacing the job with the same id","data":null}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{pushResult: delayqueue.PushResult{Status: tc.status}}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			if resp.raw != tc.want+"\n" {
+				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
+			}
+			calls := q.recorded()
+			if len(calls) != 1 || calls[0].op != "push" || calls[0].job.IfAbsent != strings.Contains(tc.body, "true") {
+				t.Fatalf("calls = %+v", calls)
+			}
+		})
+	}
+}
+
+func TestPushBatchAccepts(t *testing.T) {
+	q := &fakeQueue{pushResults: []delayqueue.PushResult{
+		{Status: delayqueue.PushCreated}, {Status: delayqueue.PushReplaced}, {Status: delayqueue.PushExists},
+	}}
+	body := `{"jobs":[
+		{"topic":"a","id":"1","ttr":1},
+		{"topic":" b ","id":" 2 ","delay_ms":1500,"ttr":30,"body":"x","retry":[60],"max_attempts":3},
+		{"topic":"a","id":"3","ttr":1,"if_absent":true,"unknown":5}
+	]}`
+	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", body)
+	want := `{"code":0,"message":"pushed 3 jobs","data":[{"id":"1","status":"created"},{"id":"2","status":"replaced"},{"id":"3","status":"exists"}]}`
+	if resp.raw != want+"\n" {
+		t.Fatalf("answer %s\nwant   %s", resp.raw, want)
+	}
+	calls := q.recorded()
+	if len(calls) != 1 || calls[0].op != "pushBatch" {
+		t.Fatalf("calls = %+v, want one pushBatch", calls)
+	}
+	wantJobs := []delayqueue.Job{
+		{Topic: "a", ID: "1", TTR: time.Second},
+		{Topic: "b", ID: "2", Delay: 1500 * time.Millisecond, TTR: 30 * time.Second, Body: "x", Retry: []int{60}, MaxAttempts: 3},
+		{Topic: "a", ID: "3", TTR: time.Second, IfAbsent: true},
+	}
+	if !reflect.DeepEqual(calls[0].jobs, wantJobs) {
+		t.Fatalf("pushed %+v\nwant   %+v", calls[0].jobs, wantJobs)
+	}
+
+	// A batch of one still answers with an array; 1000 jobs are allowed.
+	for _, n := range []int{1, 1000} {
+		jobs := make([]string, n)
+		for i := range jobs {
+			jobs[i] = fmt.Sprintf(`{"topic":"t","id":"j%d","ttr":1}`, i)
+		}
+		q := &fakeQueue{}
+		opts := testOptions()
+		opts.MaxBodyBytes = 1 << 20
+		resp := serve(t, New(q, opts, testLogger(t)), "POST", "/push", `{"jobs":[`+strings.Join(jobs, ",")+`]}`)
+		var pushed []pushedJob
+		if err := json.Unmarshal(resp.data, &pushed); resp.code != 0 || err != nil || len(pushed) != n || pushed[n-1].ID != fmt.Sprintf("j%d", n-1) {
+			t.Fatalf("batch of %d: answer %.300s", n, resp.raw)
+		}
+		if calls := q.recorded(); len(calls) != 1 || len(calls[0].jobs) != n {
+			t.Fatalf("batch of %d: %d calls", n, len(calls))
+		}
+	}
+}
+
+func TestPushBatchRejects(t *testing.T) {
+	tests := []struct {
+		name     string
+		body     string
+		wantMsg  string
+		wantData string // "null" for a failure of the whole request
+	}{
+		{"jobs not an array", `{"jobs":{"topic":"t"}}`, "jobs must be an array of jobs, got an object", "null"},
+		{"jobs a string", `{"jobs":"x"}`, "jobs must be an array of jobs, got a string", "null"},
+		{"jobs empty", `{"jobs":[]}`, "jobs must hold 1 to 1000 jobs, got 0", "null"},
+		{"jobs with single-job fields", `{"jobs":[{"topic":"t","id":"1","ttr":1}],"topic":"t","ttr":1}`,
+			"use either jobs (a batch) or a single job's fields, not both: got jobs and topic, ttr", "null"},
+		{"jobs with if_absent beside", `{"jobs":[{"topic":"t","id":"1","ttr":1}],"if_absent":true}`,
+			"use either jobs (a batch) or a single job's fields, not both: got jobs and if_absent", "null"},
+		{"one bad job", `{"jobs":[{"topic":"t","id":"1","ttr":1},{"topic":"t","id":"2"}]}`,
+			"1 of 2 jobs is invalid",
+			`[{"index":1,"id":"2","message":"ttr is required: an integer between 1 and 86400 (seconds)"}]`},
+		{"every kind of bad job", `{"jobs":[
+			{"topic":"t","id":"ok","ttr":1},
+			5,
+			null,
+			{"topic":"t","id":" x ","ttr":1,"retry":[-1]},
+			{"topic":"t","id":7,"ttr":1},
+			{"topic":"a,b","id":"y","ttr":1},
+			{"topic":"t","id":"ok","ttr":2},
+			{"topic":"t","id":"x","ttr":1},
+			{"topic":"t","id":"z","ttr":1,"jobs":[5]},
+			{"topic":"t","id":"b","ttr":1,"body":"` + strings.Repeat("b", 65) + `"}
+		]}`,
+			"8 of 10 jobs are invalid",
+			`[{"index":1,"id":"","message":"a job must be a JSON object, got a number"},` +
+				`{"index":2,"id":"","message":"a job must be a JSON object, got null"},` +
+				`{"index":3,"id":"x","message":"retry[0] must be an integer between 0 and 2147483647 (seconds), got -1"},` +
+				`{"index":4,"id":"","message":"id must be a string, got a number"},` +
+				`{"index":5,"id":"y","message":"topic must not contain a comma (commas separate topics in /pop)"},` +
+				`{"index":6,"id":"ok","message":"id \"ok\" is already used by job 0 of the batch"},` +
+				`{"index":7,"id":"x","message":"id \"x\" is already used by job 3 of the batch"},` +
+				`{"index":9,"id":"b","message":"body must be at most 64 bytes (max_job_body_bytes), got 65 bytes"}]`},
+		{"duplicate after trimming", `{"jobs":[{"topic":"t","id":"1","ttr":1},{"topic":"t","id":" 1","ttr":1}]}`,
+			"1 of 2 jobs is invalid", `[{"index":1,"id":"1","message":"id \"1\" is already used by job 0 of the batch"}]`},
+		{"invalid UTF-8 in a job", "{\"jobs\":[{\"topic\":\"t\",\"id\":\"1\",\"ttr\":1,\"body\":\"\xff\"}]}",
+			"1 of 1 jobs is invalid", `[{"index":0,"id":"1","message":"body must be valid UTF-8"}]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			if resp.status != 200 || resp.code != 1 || resp.msg != tc.wantMsg {
+				t.Fatalf("answer %d %s\nwant code 1 %q", resp.status, resp.raw, tc.wantMsg)
+			}
+			if string(resp.data) != tc.wantData {
+				t.Errorf("data\n got %s\nwant %s", resp.data, tc.wantData)
+			}
+			if calls := q.recorded(); len(calls) != 0 {
+				t.Errorf("queue called for an invalid batch: %+v", calls)
+			}
+		})
+	}
+
+	t.Run("1001 jobs", func(t *testing.T) {
+		q := &fakeQueue{}
+		opts := testOptions()
+		opts.MaxBodyBytes = 1 << 20
+		body := `{"jobs":[` + strings.Repeat(`{"topic":"t","id":"1","ttr":1},`, 1000) + `{"topic":"t","id":"1","ttr":1}]}`
+		resp := serve(t, New(q, opts, testLogger(t)), "POST", "/push", body)
+		if resp.code != 1 || resp.msg != "jobs must hold 1 to 1000 jobs, got 1001" || len(q.recorded()) != 0 {
+			t.Fatalf("answer %s", resp.raw)
+		}
+	})
+}
+
+// The engine's answer is checked, not trusted blindly.
+func TestPushBatchEngineAnswers(t *testing.T) {
+	body := `{"jobs":[{"topic":"t","id":"1","ttr":1},{"topic":"t","id":"2","ttr":1}]}`
+	tests := []struct {
+		name string
+		q    *fakeQueue
+		want string
+	}{
+		{"redis down", &fakeQueue{err: delayqueue.ErrUnavailable}, `{"code":1,"message":"redis unavailable, try again","data":null}`},
+		{"engine refuses", &fakeQueue{err: fmt.Errorf("push: job 1: %w: id too long", delayqueue.ErrInvalidJob)},
+			`{"code":1,"message":"push: job 1: invalid job: id too long","data":null}`},
+		{"wrong number of results", &fakeQueue{pushResults: []delayqueue.PushResult{{}}},
+			`{"code":1,"message":"internal error","data":null}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := serve(t, New(tc.q, testOptions(), testLogger(t)), "POST", "/push", body)
+			if resp.raw != tc.want+"\n" {
+				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
+			}
+		})
 	}
 }

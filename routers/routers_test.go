@@ -18,12 +18,39 @@ import (
 // validBodies returns a valid request body for every endpoint.
 func validBodies() map[string]string {
 	return map[string]string{
-		"/push":   `{"topic":"t","id":"1","delay":0,"ttr":5,"body":"b"}`,
-		"/pop":    `{"topic":"t","timeout":0}`,
-		"/finish": `{"id":"1"}`,
-		"/delete": `{"id":"1"}`,
-		"/get":    `{"id":"1"}`,
+		"/push":        `{"topic":"t","id":"1","delay":0,"ttr":5,"body":"b"}`,
+		"/pop":         `{"topic":"t","timeout":0}`,
+		"/finish":      `{"id":"1"}`,
+		"/delete":      `{"id":"1"}`,
+		"/get":         `{"id":"1"}`,
+		"/release":     `{"id":"1","delay":5,"attempt":1}`,
+		"/touch":       `{"id":"1","attempt":1}`,
+		"/dead/list":   `{"topic":"t"}`,
+		"/dead/kick":   `{"topic":"t","count":5}`,
+		"/dead/delete": `{"topic":"t","all":true}`,
+		"/stats":       `{}`,
+		"/topics":      ``,
 	}
+}
+
+// validRequest is one valid request: validBodies and the other forms of
+// the endpoints that have several (batches, a single dead letter).
+type validRequest struct{ path, body string }
+
+func validRequests() []validRequest {
+	var requests []validRequest
+	for path, body := range validBodies() {
+		requests = append(requests, validRequest{path, body})
+	}
+	return append(requests,
+		validRequest{"/push", `{"jobs":[{"topic":"t","id":"1","ttr":5},{"topic":"t","id":"2","ttr":5,"retry":[1],"if_absent":true}]}`},
+		validRequest{"/pop", `{"topic":"t","timeout":0,"count":10}`},
+		validRequest{"/finish", `{"ids":["1","2"]}`},
+		validRequest{"/delete", `{"ids":["1","2"]}`},
+		validRequest{"/dead/kick", `{"topic":"t","id":"1"}`},
+		validRequest{"/dead/delete", `{"topic":"t","id":"1"}`},
+		validRequest{"/stats", `{"topic":"t"}`},
+	)
 }
 
 func TestStatusCodes(t *testing.T) {
@@ -167,17 +194,30 @@ func TestQueueErrors(t *testing.T) {
 		{"shutting down", delayqueue.ErrClosed, "server is shutting down, try again"},
 		{"anything else", errors.New("ERR Error running script (call to f_123): secret detail"), "internal error"},
 		{"context canceled while the client is still there", context.Canceled, "internal error"},
+		{"not found", fmt.Errorf("release x: %w", delayqueue.ErrNotFound), "job not found"},
+		{"dead", fmt.Errorf("finish x: %w", delayqueue.ErrDead), "job is dead-lettered"},
+		{"not reserved", fmt.Errorf("touch x: %w (it is ready)", delayqueue.ErrNotReserved), "job is not reserved"},
+		{"stale delivery", fmt.Errorf("touch x: %w", delayqueue.ErrStaleDelivery), "stale delivery: attempt 1 is not the job's current delivery"},
 	}
-	for path, body := range validBodies() {
+	for _, req := range validRequests() {
 		for _, tc := range tests {
-			t.Run(path+"/"+tc.name, func(t *testing.T) {
+			t.Run(req.path+" "+req.body+"/"+tc.name, func(t *testing.T) {
 				q := &fakeQueue{err: tc.err}
-				resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", path, body)
-				if resp.status != 200 || resp.code != 1 || resp.msg != tc.wantMsg || string(resp.data) != "null" {
-					t.Fatalf("answer %d %s, want 200 code 1 %q", resp.status, resp.raw, tc.wantMsg)
+				resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", req.path, req.body)
+				wantMsg := tc.wantMsg
+				if errors.Is(tc.err, delayqueue.ErrStaleDelivery) && req.path != "/release" && req.path != "/touch" {
+					// Only those two carry an attempt.
+					wantMsg = "stale delivery: the attempt is not the job's current delivery"
 				}
-				if calls := q.recorded(); len(calls) != 1 {
-					t.Fatalf("calls = %+v, want one", calls)
+				if resp.status != 200 || resp.code != 1 || resp.msg != wantMsg || string(resp.data) != "null" {
+					t.Fatalf("answer %d %s, want 200 code 1 %q", resp.status, resp.raw, wantMsg)
+				}
+				wantCalls := 1
+				if req.path == "/touch" && errors.Is(tc.err, delayqueue.ErrNotReserved) {
+					wantCalls = 2 // the look-up of the state for the message
+				}
+				if calls := q.recorded(); len(calls) != wantCalls {
+					t.Fatalf("calls = %+v, want %d", calls, wantCalls)
 				}
 			})
 		}
@@ -191,21 +231,21 @@ func TestPanicIsAnswered(t *testing.T) {
 	srv := httptest.NewServer(New(q, testOptions(), logger))
 	defer srv.Close()
 
-	for path, body := range validBodies() {
-		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+	for _, req := range validRequests() {
+		resp, err := http.Post(srv.URL+req.path, "application/json", strings.NewReader(req.body))
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			t.Fatalf("%s: %v", req.path, err)
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
 		if problem != "" || got.status != 200 || got.code != 1 || got.msg != "internal error" {
-			t.Fatalf("%s: answer %d %s %s", path, resp.StatusCode, raw, problem)
+			t.Fatalf("%s %s: answer %d %s %s", req.path, req.body, resp.StatusCode, raw, problem)
 		}
 	}
 	srv.Close() // waits for the handlers, so the logs are complete
-	if n := strings.Count(logs.String(), `msg="panic in http handler"`); n != len(validBodies()) {
-		t.Errorf("%d panic log lines, want %d:\n%s", n, len(validBodies()), logs.String())
+	if n := strings.Count(logs.String(), `msg="panic in http handler"`); n != len(validRequests()) {
+		t.Errorf("%d panic log lines, want %d:\n%s", n, len(validRequests()), logs.String())
 	}
 	if !strings.Contains(logs.String(), "panic=boom") {
 		t.Errorf("the panic value is not logged:\n%s", logs.String())
@@ -256,5 +296,23 @@ func TestOptionsDefaults(t *testing.T) {
 	kept := Options{MaxBodyBytes: 1, MaxJobBodyBytes: 2, BlockTimeout: 3}
 	if got := kept.withDefaults(); got != kept {
 		t.Fatalf("withDefaults changed %+v to %+v", kept, got)
+	}
+}
+
+// Every endpoint answers POST, refuses other methods with 405 and is named
+// in the answer to an unknown path.
+func TestEveryEndpointIsRouted(t *testing.T) {
+	h := New(&fakeQueue{}, testOptions(), testLogger(t))
+	unknown := serve(t, h, "POST", "/nope", "{}")
+	for path, body := range validBodies() {
+		if resp := serve(t, h, "POST", path, body); resp.status != 200 || resp.code != 0 {
+			t.Errorf("POST %s %s: %d %s", path, body, resp.status, resp.raw)
+		}
+		if resp := serve(t, h, "GET", path, ""); resp.status != 405 || resp.header.Get("Allow") != "POST" {
+			t.Errorf("GET %s: %d %s", path, resp.status, resp.raw)
+		}
+		if !strings.Contains(unknown.msg, path+",") && !strings.Contains(unknown.msg, "and "+path) {
+			t.Errorf("the 404 message does not name %s: %s", path, unknown.msg)
+		}
 	}
 }
