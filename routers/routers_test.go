@@ -311,7 +311,7 @@ func TestEveryEndpointIsRouted(t *testing.T) {
 		if resp := serve(t, h, "GET", path, ""); resp.status != 405 || resp.header.Get("Allow") != "POST" {
 			t.Errorf("GET %s: %d %s", path, resp.status, resp.raw)
 		}
-		if !strings.Contains(unknown.msg, path+",") && !strings.Contains(unknown.msg, "and "+path) {
+		if !strings.Contains(unknown.msg+",", " "+path+",") && !strings.Contains(unknown.msg+",", " "+path+" and") {
 			t.Errorf("the 404 message does not name %s: %s", path, unknown.msg)
 		}
 	}
