@@ -67,3 +67,44 @@ func (q *Queue) Stats(ctx context.Context, topic string) (map[string]TopicStats,
 	}
 	return stats, nil
 }
+
+// DeadDropped returns, per topic, how many dead letters were dropped over
+// the cap or past their time to live, since the counters began (shared by
+// every instance).
+func (q *Queue) DeadDropped(ctx context.Context) (map[string]int64, error) {
+	var dropped map[string]int64
+	err := q.withConn(ctx, func(c redis.Conn) error {
+		var err error
+		dropped, err = redis.Int64Map(c.Do("HGETALL", q.keys.deadDropped()))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dead dropped: %w", err)
+	}
+	return dropped, nil
+}
+
+// Ready checks that Redis answers and holds every script, loading any it
+// lost (a restart or SCRIPT FLUSH): the server can serve.
+func (q *Queue) Ready(ctx context.Context) error {
+	return q.withConn(ctx, func(c redis.Conn) error {
+		all := q.scripts.all()
+		args := make([]any, 0, len(all)+1)
+		args = append(args, "EXISTS")
+		for _, s := range all {
+			args = append(args, s.Hash())
+		}
+		exists, err := redis.Ints(c.Do("SCRIPT", args...))
+		if err != nil {
+			return err
+		}
+		for i, ok := range exists {
+			if ok == 0 {
+				if err := all[i].Load(c); err != nil {
+					return fmt.Errorf("load script: %w", err)
+				}
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,274 @@
+// Package metrics owns the server's Prometheus metrics: it observes the
+// engine's events (delayqueue.Observer), samples the per-topic job counts,
+// counts HTTP requests, and serves /metrics on a registry of its own.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// OtherTopic is the label of every topic beyond the cap on topic labels.
+const OtherTopic = "other"
+
+// Options configure Metrics.
+type Options struct {
+	// MaxTopicLabels caps the distinct topic label values; later topics are
+	// counted under "other". 0 means 100.
+	MaxTopicLabels int
+	// SampleInterval is how often the per-topic job counts are read from
+	// Redis. 0 means 15s.
+	SampleInterval time.Duration
+}
+
+// Metrics holds the collectors. It implements delayqueue.Observer.
+type Metrics struct {
+	registry *prometheus.Registry
+	opts     Options
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	topics map[string]struct{}
+
+	requests      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	jobs          *prometheus.CounterVec
+	leaseExpired  *prometheus.CounterVec
+	jobsByState   *prometheus.GaugeVec
+	scanLag       prometheus.Gauge
+	scanLagHist   prometheus.Histogram
+	redisErrors   prometheus.Counter
+	deadDropped   *prometheus.GaugeVec
+	webhookCalls  *prometheus.CounterVec
+	webhookTiming prometheus.Histogram
+}
+
+// New registers every collector on a new registry.
+func New(opts Options, logger *slog.Logger) *Metrics {
+	if opts.MaxTopicLabels <= 0 {
+		opts.MaxTopicLabels = 100
+	}
+	if opts.SampleInterval <= 0 {
+		opts.SampleInterval = 15 * time.Second
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		opts:     opts,
+		log:      logger,
+		topics:   make(map[string]struct{}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delayqueue_http_requests_total",
+			Help: "HTTP requests by endpoint and result (ok: code 0, error: code 1).",
+		}, []string{"endpoint", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "delayqueue_http_request_duration_seconds",
+			Help:    "HTTP request latency by endpoint and result; /pop includes its hold.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 180},
+		}, []string{"endpoint", "result"}),
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delayqueue_jobs_total",
+			Help: "Jobs by event (pushed, delivered, redelivered, finished, deleted, dead_lettered) and topic, in this process.",
+		}, []string{"event", "topic"}),
+		leaseExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delayqueue_lease_expired_total",
+			Help: "Deliveries that ended because ttr ran out, by topic.",
+		}, []string{"topic"}),
+		jobsByState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delayqueue_jobs",
+			Help: "Jobs by topic and state (delay, ready, reserved, dead), sampled from Redis (shared by every instance).",
+		}, []string{"topic", "state"}),
+		scanLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "delayqueue_scanner_lag_seconds",
+			Help: "Now minus the due time of the oldest due job a scan found not yet moved (last scan that moved any).",
+		}),
+		scanLagHist: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delayqueue_scanner_lag_distribution_seconds",
+			Help:    "Distribution of the scanner lag over scans that moved jobs.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "delayqueue_redis_errors_total",
+			Help: "Failures to talk to Redis.",
+		}),
+		deadDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "delayqueue_dead_letters_dropped",
+			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, by topic, since the counters began (sampled from Redis, shared by every instance).",
+		}, []string{"topic"}),
+		webhookCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delayqueue_webhook_calls_total",
+			Help: "Webhook calls by result class (2xx, 3xx, 4xx, 5xx, timeout, connection_error, refused).",
+		}, []string{"result"}),
+		webhookTiming: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "delayqueue_webhook_call_duration_seconds",
+			Help:    "Webhook call latency.",
+			Buckets: prometheus.DefBuckets,
+		}),
+	}
+	m.registry.MustRegister(m.requests, m.latency, m.jobs, m.leaseExpired, m.jobsByState, m.deadDropped, m.scanLag, m.scanLagHist,
+		m.redisErrors, m.webhookCalls, m.webhookTiming,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the registry /metrics serves.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorLog: slogErrorLog{m.log}})
+}
+
+type slogErrorLog struct{ log *slog.Logger }
+
+func (l slogErrorLog) Println(v ...any) { l.log.Warn("metrics", "err", v) }
+
+// topic returns the label for topic: itself while fewer than
+// MaxTopicLabels topics have been seen, "other" beyond.
+func (m *Metrics) topic(topic string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.topics[topic]; ok {
+		return topic
+	}
+	if len(m.topics) >= m.opts.MaxTopicLabels {
+		return OtherTopic
+	}
+	m.topics[topic] = struct{}{}
+	return topic
+}
+
+// WatchQueue adds the gauges read from a queue: held pops now and, every
+// SampleInterval until ctx ends, the jobs per topic and state.
+func (m *Metrics) WatchQueue(ctx context.Context, q *delayqueue.Queue) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "delayqueue_held_pops",
+		Help: "Pops this process holds waiting for a job.",
+	}, func() float64 { return float64(q.HeldPops()) }))
+	go func() {
+		ticker := time.NewTicker(m.opts.SampleInterval)
+		defer ticker.Stop()
+		for {
+			m.sample(ctx, q)
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+}
+
+func (m *Metrics) sample(ctx context.Context, q *delayqueue.Queue) {
+	stats, err := q.Stats(ctx, "")
+	if err != nil {
+		return
+	}
+	sums := map[string]delayqueue.TopicStats{}
+	for t, s := range stats {
+		label := m.topic(t)
+		sum := sums[label]
+		sum.Delay += s.Delay
+		sum.Ready += s.Ready
+		sum.Reserved += s.Reserved
+		sum.Dead += s.Dead
+		sums[label] = sum
+	}
+	m.jobsByState.Reset()
+	for label, s := range sums {
+		m.jobsByState.WithLabelValues(label, delayqueue.StateDelay).Set(float64(s.Delay))
+		m.jobsByState.WithLabelValues(label, delayqueue.StateReady).Set(float64(s.Ready))
+		m.jobsByState.WithLabelValues(label, delayqueue.StateReserved).Set(float64(s.Reserved))
+		m.jobsByState.WithLabelValues(label, delayqueue.StateDead).Set(float64(s.Dead))
+	}
+	dropped, err := q.DeadDropped(ctx)
+	if err != nil {
+		return
+	}
+	byLabel := map[string]int64{}
+	for t, n := range dropped {
+		byLabel[m.topic(t)] += n
+	}
+	m.deadDropped.Reset()
+	for label, n := range byLabel {
+		m.deadDropped.WithLabelValues(label).Set(float64(n))
+	}
+}
+
+// WatchPool adds gauges of the Redis pool's connections.
+func (m *Metrics) WatchPool(pool *redis.Pool) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "delayqueue_redis_pool_in_use",
+		Help: "Redis pool connections in use (not idle); the dispatch loops hold a few more of their own.",
+	}, func() float64 {
+		s := pool.Stats()
+		return float64(s.ActiveCount - s.IdleCount)
+	}))
+}
+
+// ObserveRequest counts one HTTP request.
+func (m *Metrics) ObserveRequest(endpoint string, code int, d time.Duration) {
+	result := "ok"
+	if code != 0 {
+		result = "error"
+	}
+	m.requests.WithLabelValues(endpoint, result).Inc()
+	m.latency.WithLabelValues(endpoint, result).Observe(d.Seconds())
+}
+
+// ObserveWebhookCall counts one webhook call by result class.
+func (m *Metrics) ObserveWebhookCall(result string, d time.Duration) {
+	m.webhookCalls.WithLabelValues(result).Inc()
+	m.webhookTiming.Observe(d.Seconds())
+}
+
+// StatusClass is "2xx" for 204 and so on.
+func StatusClass(status int) string { return strconv.Itoa(status/100) + "xx" }
+
+func (m *Metrics) JobsPushed(topic string, n int) {
+	m.jobs.WithLabelValues("pushed", m.topic(topic)).Add(float64(n))
+}
+
+func (m *Metrics) JobDelivered(topic string, attempts int) {
+	label := m.topic(topic)
+	m.jobs.WithLabelValues("delivered", label).Inc()
+	if attempts > 1 {
+		m.jobs.WithLabelValues("redelivered", label).Inc()
+	}
+}
+
+func (m *Metrics) JobsFinished(topic string, n int) {
+	m.jobs.WithLabelValues("finished", m.topic(topic)).Add(float64(n))
+}
+
+func (m *Metrics) JobsDeleted(topic string, n int) {
+	m.jobs.WithLabelValues("deleted", m.topic(topic)).Add(float64(n))
+}
+
+func (m *Metrics) JobsDeadLettered(topic string, n int) {
+	m.jobs.WithLabelValues("dead_lettered", m.topic(topic)).Add(float64(n))
+}
+
+func (m *Metrics) LeaseExpired(topic string) { m.leaseExpired.WithLabelValues(m.topic(topic)).Inc() }
+
+func (m *Metrics) ScanLag(lag time.Duration) {
+	m.scanLag.Set(lag.Seconds())
+	m.scanLagHist.Observe(lag.Seconds())
+}
+
+func (m *Metrics) RedisError() { m.redisErrors.Inc() }
+
+var _ delayqueue.Observer = (*Metrics)(nil)

@@ -1,0 +1,85 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+func TestTopicLabelsAreCapped(t *testing.T) {
+	m := New(Options{MaxTopicLabels: 2}, nil)
+	for _, topic := range []string{"a", "b", "c", "d", "a"} {
+		m.JobsPushed(topic, 1)
+	}
+	for topic, want := range map[string]float64{"a": 2, "b": 1, OtherTopic: 2} {
+		if got := testutil.ToFloat64(m.jobs.WithLabelValues("pushed", topic)); got != want {
+			t.Errorf("pushed{topic=%q} = %v, want %v", topic, got, want)
+		}
+	}
+}
+
+func TestMetricsFromARealQueue(t *testing.T) {
+	mr := redistest.Mini(t)
+	ro := delayqueue.RedisOptions{Addr: mr.Addr(), DB: 1, ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second}
+	pool := delayqueue.NewPool(ro)
+	defer pool.Close()
+	m := New(Options{SampleInterval: 20 * time.Millisecond}, nil)
+	q, err := delayqueue.New(pool, delayqueue.Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s", Dial: ro.Dial, Observer: m}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Run(ctx)
+	m.WatchQueue(ctx, q)
+	m.WatchPool(pool)
+
+	if _, err := q.Push(ctx, delayqueue.Job{Topic: "order", ID: "1", TTR: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Push(ctx, delayqueue.Job{Topic: "order", ID: "2", TTR: time.Minute, Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := q.Pop(ctx, []string{"order"}, time.Second); err != nil || d == nil {
+		t.Fatalf("pop = %v, %v", d, err)
+	}
+	m.ObserveRequest("/pop", 0, 3*time.Millisecond)
+
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(m.jobsByState.WithLabelValues("order", "reserved")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reserved gauge never reached 1")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`delayqueue_jobs_total{event="pushed",topic="order"} 2`,
+		`delayqueue_jobs_total{event="delivered",topic="order"} 1`,
+		`delayqueue_jobs{state="delay",topic="order"} 1`,
+		`delayqueue_jobs{state="reserved",topic="order"} 1`,
+		`delayqueue_http_requests_total{endpoint="/pop",result="ok"} 1`,
+		`delayqueue_held_pops 0`,
+		`delayqueue_redis_pool_in_use`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
