@@ -14,10 +14,11 @@ import (
 	"github.com/delay-queue/delay-queue/delayqueue"
 )
 
-// fuzzPaths are the paths FuzzRequest's endpoint byte picks from: the five
-// endpoints and one unknown path.
+// fuzzPaths are the paths FuzzRequest's endpoint byte picks from: every
+// endpoint and one unknown path.
 func fuzzPaths() []string {
-	return []string{"/push", "/pop", "/finish", "/delete", "/get", "/nope"}
+	return []string{"/push", "/pop", "/finish", "/delete", "/get", "/release", "/touch",
+		"/dead/list", "/dead/kick", "/dead/delete", "/stats", "/topics", "/nope"}
 }
 
 // FuzzRequest sends arbitrary bodies to every endpoint. Whatever the input:
@@ -32,19 +33,39 @@ func FuzzRequest(f *testing.F) {
 		`{"topic":"t\ud800","id":"1","ttr":1}`,
 		"{\"topic\":\"\xff\",\"id\":\"1\",\"ttr\":1}",
 		`{"delay":10.5}`, `{"delay":1e3}`, `[1]`, `null`, `{}{}`, `{} x`, ``, `{"ID":"x","id":null}`,
+		`{"topic":"t","id":"1","ttr":5,"retry":[1,2,3],"max_attempts":4,"if_absent":true}`,
+		`{"jobs":[{"topic":"t","id":"1","ttr":5},{"topic":"t","id":"2","ttr":1,"retry":[0]}]}`,
+		`{"jobs":[{"topic":"t","id":"1","ttr":5},{"topic":"t","id":" 1","ttr":1}]}`,
+		`{"jobs":[{"topic":"t","id":"1","ttr":5}],"topic":"t"}`,
+		`{"topic":"a,b","count":3,"timeout":1}`,
+		`{"ids":["a","b","a"]}`, `{"id":"a","ids":["a"]}`, `{"ids":[]}`,
+		`{"id":"1","delay":5,"attempt":2}`, `{"id":"1","attempt":0}`,
+		`{"topic":"t","offset":3,"limit":10}`, `{"topic":"t","id":"x","count":2}`, `{"topic":"t","count":1000}`,
+		`{"topic":"t","all":true}`, `{"topic":"t","all":false}`, `{"topic":"t","id":"x"}`, `{"topic":null}`, `{}`,
 	}
-	for i, seed := range seeds {
+	for _, seed := range seeds {
 		for endpoint := range len(fuzzPaths()) {
-			f.Add(uint8(endpoint+i*len(fuzzPaths())), []byte(seed))
+			f.Add(uint8(endpoint), []byte(seed))
 		}
 	}
 	opts := Options{MaxBodyBytes: 512, MaxJobBodyBytes: 32, BlockTimeout: 10 * time.Second}
 
 	f.Fuzz(func(t *testing.T, endpoint uint8, body []byte) {
 		path := fuzzPaths()[int(endpoint)%len(fuzzPaths())]
+		delivery := &delayqueue.Delivery{ID: "1", Topic: "t", Body: "b", TTR: time.Second, Attempts: 1}
+		info := &delayqueue.JobInfo{ID: "1", Topic: "t", Body: "b", TTR: time.Second, State: delayqueue.StateReady}
 		q := &fakeQueue{
-			delivery: &delayqueue.Delivery{ID: "1", Topic: "t", Body: "b", TTR: time.Second, Attempts: 1},
-			info:     &delayqueue.JobInfo{ID: "1", Topic: "t", Body: "b", TTR: time.Second, State: delayqueue.StateReady},
+			delivery:   delivery,
+			deliveries: []*delayqueue.Delivery{delivery},
+			info:       info,
+			state:      delayqueue.StateDelay,
+			due:        time.UnixMilli(1_700_000_000_000),
+			leaseUntil: time.UnixMilli(1_700_000_000_000),
+			deadJobs:   []delayqueue.JobInfo{*info},
+			deadTotal:  1,
+			kicked:     []string{"1"},
+			stats:      map[string]delayqueue.TopicStats{"t": {Ready: 1}},
+			topicNames: []string{"t"},
 		}
 		rec := httptest.NewRecorder()
 		New(q, opts, slog.New(slog.DiscardHandler)).ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(body)))
@@ -71,8 +92,10 @@ func FuzzRequest(f *testing.F) {
 			}
 			return
 		}
-		// Accepted: the body was one JSON object, and the queue got clean values.
-		if !json.Valid(body) || bytes.TrimLeft(body, " \t\r\n")[0] != '{' {
+		// Accepted: the body was one JSON object (or, for /topics, blank),
+		// and the queue got clean values.
+		blank := len(bytes.TrimSpace(body)) == 0
+		if !(path == "/topics" && blank) && (!json.Valid(body) || blank || bytes.TrimSpace(body)[0] != '{') {
 			t.Fatalf("%s %q: accepted a body that is not one JSON object", path, body)
 		}
 		if len(calls) != 1 {
@@ -81,15 +104,20 @@ func FuzzRequest(f *testing.F) {
 		call := calls[0]
 		switch call.op {
 		case "push":
-			checkCleanTopic(t, call.job.Topic)
-			checkCleanID(t, call.job.ID)
-			if !utf8.ValidString(call.job.Body) || len(call.job.Body) > opts.MaxJobBodyBytes {
-				t.Fatalf("pushed body %q", call.job.Body)
+			checkCleanJob(t, call.job, opts.MaxJobBodyBytes)
+		case "pushBatch":
+			if len(call.jobs) == 0 || len(call.jobs) > delayqueue.MaxPushBatchJobs {
+				t.Fatalf("pushed a batch of %d jobs", len(call.jobs))
 			}
-			if call.job.Delay < 0 || call.job.Delay > delayqueue.MaxDelay || call.job.TTR < time.Second || call.job.TTR > delayqueue.MaxTTR {
-				t.Fatalf("pushed delay %v ttr %v", call.job.Delay, call.job.TTR)
+			ids := make(map[string]bool, len(call.jobs))
+			for _, job := range call.jobs {
+				checkCleanJob(t, job, opts.MaxJobBodyBytes)
+				if ids[job.ID] {
+					t.Fatalf("pushed id %q twice in a batch", job.ID)
+				}
+				ids[job.ID] = true
 			}
-		case "pop":
+		case "pop", "popBatch":
 			if len(call.topics) == 0 || len(call.topics) > delayqueue.MaxPopTopics {
 				t.Fatalf("popped %d topics", len(call.topics))
 			}
@@ -99,10 +127,71 @@ func FuzzRequest(f *testing.F) {
 			if call.hold < 0 || call.hold > opts.BlockTimeout {
 				t.Fatalf("pop hold %v", call.hold)
 			}
+			if (call.op == "pop") != (call.count == 0) || call.count < 0 || call.count > delayqueue.MaxPopCount {
+				t.Fatalf("%s count %d", call.op, call.count)
+			}
+		case "finishBatch", "deleteBatch":
+			if len(call.ids) == 0 || len(call.ids) > delayqueue.MaxIDsPerCall {
+				t.Fatalf("%s of %d ids", call.op, len(call.ids))
+			}
+			seen := make(map[string]bool, len(call.ids))
+			for _, id := range call.ids {
+				checkCleanID(t, id)
+				if seen[id] {
+					t.Fatalf("%s got id %q twice", call.op, id)
+				}
+				seen[id] = true
+			}
+		case "release", "touch":
+			checkCleanID(t, call.id)
+			if call.attempt < 0 || (call.delay != nil && (*call.delay < 0 || *call.delay > delayqueue.MaxDelay)) ||
+				(call.op == "touch" && call.delay != nil) {
+				t.Fatalf("%s attempt %d delay %v", call.op, call.attempt, call.delay)
+			}
+		case "deadList":
+			checkCleanTopic(t, call.topic)
+			if call.offset < 0 || call.limit < 1 || call.limit > delayqueue.MaxDeadPage {
+				t.Fatalf("dead list offset %d limit %d", call.offset, call.limit)
+			}
+		case "deadKick":
+			checkCleanTopic(t, call.topic)
+			if call.id != "" {
+				checkCleanID(t, call.id)
+			}
+			if (call.id == "") == (call.count == 0) || call.count < 0 || call.count > delayqueue.MaxDeadPage {
+				t.Fatalf("dead kick id %q count %d", call.id, call.count)
+			}
+		case "deadDelete":
+			checkCleanTopic(t, call.topic)
+			if call.id != "" {
+				checkCleanID(t, call.id)
+			}
+		case "stats":
+			if call.topic != "" {
+				checkCleanTopic(t, call.topic)
+			}
+		case "topics":
 		default:
 			checkCleanID(t, call.id)
 		}
 	})
+}
+
+// checkCleanJob checks a job the handler pushed: clean topic and id, and
+// within the engine's own validation.
+func checkCleanJob(t *testing.T, job delayqueue.Job, maxJobBodyBytes int) {
+	t.Helper()
+	checkCleanTopic(t, job.Topic)
+	checkCleanID(t, job.ID)
+	if !utf8.ValidString(job.Body) || len(job.Body) > maxJobBodyBytes {
+		t.Fatalf("pushed body %q", job.Body)
+	}
+	if err := delayqueue.ValidateJob(job); err != nil {
+		t.Fatalf("pushed %+v, which the engine refuses: %v", job, err)
+	}
+	if job.Retry != nil && len(job.Retry) == 0 {
+		t.Fatalf("pushed an empty, non-nil schedule")
+	}
 }
 
 func checkCleanTopic(t *testing.T, topic string) {
