@@ -1,0 +1,397 @@
+// Package webhook owns webhook delivery: the dispatcher that claims due
+// callback jobs from the engine, calls their URLs (signed, with bounded
+// concurrency, refusing non-public addresses unless allowed) and reports
+// each outcome back, so the engine finishes the job, schedules a retry or
+// dead-letters it. It knows nothing of the HTTP API.
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+const (
+	// leaseRenewAfter is how long a claimed job may wait for its host's
+	// slot before its lease is renewed. It must stay below the engine's
+	// lease margin (10 s over the call's timeout), so a call always starts
+	// with at least its timeout left on the lease.
+	leaseRenewAfter = 5 * time.Second
+	// reportTimeout bounds the Redis calls that report an outcome; they run
+	// even while shutting down.
+	reportTimeout = 5 * time.Second
+	// claimErrorBackoff is the pause after a failed claim.
+	claimErrorBackoff = time.Second
+)
+
+// Dispatcher delivers callback jobs. Run it on every instance: the engine's
+// claim shares the work, and no two dispatchers hold one job at once.
+type Dispatcher struct {
+	queue  *delayqueue.Queue
+	dial   func() (redis.Conn, error)
+	opts   Options
+	log    *slog.Logger
+	caller *caller
+	// slots holds one token per job this dispatcher holds (waiting for its
+	// host or calling): the claim asks for as many jobs as there are free
+	// slots.
+	slots chan struct{}
+	hosts *hostLimiter
+}
+
+// New builds a Dispatcher. dial opens the dedicated Redis connection the
+// dispatcher blocks on for wake-ups (delayqueue.RedisOptions.Dial); its
+// read timeout must exceed Options.WakeTimeout.
+func New(q *delayqueue.Queue, dial func() (redis.Conn, error), opts Options, logger *slog.Logger) (*Dispatcher, error) {
+	if q == nil || dial == nil {
+		return nil, errors.New("webhook: a queue and a dial function are needed")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	policy, err := NewAddressPolicy(opts.Allow)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Dispatcher{
+		queue:  q,
+		dial:   dial,
+		opts:   opts,
+		log:    logger,
+		caller: newCaller(policy, opts),
+		slots:  make(chan struct{}, opts.Concurrency),
+		hosts:  &hostLimiter{perHost: opts.PerHost, hosts: map[string]*hostSlots{}},
+	}, nil
+}
+
+// Run claims and calls due callback jobs until ctx is done. Then it claims
+// no more and starts no new call; calls in flight get Options.ShutdownGrace
+// to finish, and those still running then are cut and given back, as are
+// jobs that were waiting for their host. Run returns nil once every job it
+// held is reported or given back.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	// Calls outlive ctx by the grace period; stopCalls cuts them.
+	callCtx, stopCalls := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCalls()
+	var held sync.WaitGroup
+	d.claimLoop(ctx, callCtx, &held)
+
+	allDone := make(chan struct{})
+	go func() {
+		held.Wait()
+		close(allDone)
+	}()
+	grace := time.NewTimer(d.opts.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-allDone:
+	case <-grace.C:
+		d.log.Info("webhook shutdown grace is over: cutting the calls still in flight")
+		stopCalls()
+		<-allDone
+	}
+	d.caller.transport.CloseIdleConnections()
+	return nil
+}
+
+// claimLoop claims jobs while there are free slots, until ctx is done.
+func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGroup) {
+	wake := &waker{dial: d.dial, key: d.queue.HookWakeKey(), timeout: d.opts.WakeTimeout, log: d.log}
+	defer wake.close()
+	mayHaveMore := true // claim at once on start
+	for {
+		free := d.takeFreeSlots(ctx)
+		if free == 0 {
+			return
+		}
+		if !mayHaveMore {
+			wake.wait(ctx)
+		}
+		if ctx.Err() != nil {
+			d.freeSlots(free)
+			return
+		}
+		claimedAt := time.Now()
+		// Not cancelled with ctx: jobs claimed in Redis must reach us, to be
+		// given back, rather than wait for their lease to end.
+		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+		jobs, err := d.queue.ClaimCallbacks(claimCtx, free)
+		cancel()
+		d.freeSlots(free - len(jobs))
+		for _, job := range jobs {
+			held.Add(1)
+			go func() {
+				defer held.Done()
+				defer d.freeSlots(1)
+				d.deliver(ctx, callCtx, job, claimedAt)
+			}()
+		}
+		mayHaveMore = err == nil && len(jobs) == free
+		if err != nil {
+			d.log.Warn("claiming callback jobs failed", "err", err)
+			sleepCtx(ctx, claimErrorBackoff)
+		}
+	}
+}
+
+// takeFreeSlots waits for one free slot, then takes every other free one.
+// It returns 0 when ctx is done first.
+func (d *Dispatcher) takeFreeSlots(ctx context.Context) int {
+	select {
+	case d.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < cap(d.slots) {
+		select {
+		case d.slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (d *Dispatcher) freeSlots(n int) {
+	for range n {
+		<-d.slots
+	}
+}
+
+// deliver waits for a slot of the job's host, makes the call and reports
+// its outcome. claimedAt is when the lease began (at the latest).
+func (d *Dispatcher) deliver(ctx, callCtx context.Context, job delayqueue.CallbackDelivery, claimedAt time.Time) {
+	host := hostOf(job.Callback.URL)
+	slots := d.hosts.join(host)
+	defer d.hosts.leave(host, slots)
+	leaseFrom, ok := d.waitForHost(ctx, job, slots, claimedAt)
+	if !ok {
+		return
+	}
+	defer func() { <-slots.calls }()
+	if ctx.Err() != nil {
+		d.giveBack(ctx, job, "dispatcher stopping before the call started")
+		return
+	}
+	if time.Since(leaseFrom) >= leaseRenewAfter && !d.renewLease(ctx, job) {
+		return
+	}
+	res := d.caller.call(callCtx, job)
+	if res.cut {
+		d.giveBack(ctx, job, res.errText)
+		return
+	}
+	if d.opts.Metrics != nil {
+		d.opts.Metrics.ObserveWebhookCall(res.class, res.latency)
+	}
+	d.report(ctx, job, res)
+}
+
+// waitForHost takes one of the host's call slots. The job keeps its
+// dispatcher slot while it waits, and its lease is renewed every
+// leaseRenewAfter, so waiting never lets a second dispatcher call it. It
+// returns when the lease was last renewed, and false when the job was given
+// back (shutdown) or lost (the lease could not be renewed).
+func (d *Dispatcher) waitForHost(ctx context.Context, job delayqueue.CallbackDelivery, slots *hostSlots, leaseFrom time.Time) (time.Time, bool) {
+	select {
+	case slots.calls <- struct{}{}:
+		return leaseFrom, true
+	default:
+	}
+	renew := time.NewTimer(time.Until(leaseFrom.Add(leaseRenewAfter)))
+	defer renew.Stop()
+	for {
+		select {
+		case slots.calls <- struct{}{}:
+			return leaseFrom, true
+		case <-ctx.Done():
+			d.giveBack(ctx, job, "dispatcher stopping before the call started")
+			return leaseFrom, false
+		case <-renew.C:
+			renewedAt := time.Now()
+			if !d.renewLease(ctx, job) {
+				return leaseFrom, false
+			}
+			leaseFrom = renewedAt
+			renew.Reset(leaseRenewAfter)
+		}
+	}
+}
+
+// renewLease extends the job's lease to its timeout plus the margin from
+// now. On failure the job is left to its lease (it is called again after
+// it, by whoever claims it) and false is returned.
+func (d *Dispatcher) renewLease(ctx context.Context, job delayqueue.CallbackDelivery) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	if _, err := d.queue.Touch(rctx, job.ID, job.Attempts); err != nil {
+		d.log.Warn("could not renew the lease of a callback job waiting for its host; leaving it to its lease",
+			"job_id", job.ID, "attempt", job.Attempts, "err", err)
+		return false
+	}
+	return true
+}
+
+// report tells the engine how the call went; one warn line per failed call.
+func (d *Dispatcher) report(ctx context.Context, job delayqueue.CallbackDelivery, res callResult) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	if res.succeeded() {
+		if err := d.queue.CallbackSucceeded(rctx, job.ID); err != nil {
+			d.log.Warn("callback answered 2xx but the job could not be finished; it will be called again after its lease",
+				"job_id", job.ID, "topic", job.Topic, "attempt", job.Attempts, "err", err)
+		}
+		return
+	}
+	state, err := d.queue.CallbackFailed(rctx, job.ID, job.Attempts, res.status, res.errText, res.response)
+	attrs := []any{"job_id", job.ID, "topic", job.Topic, "attempt", job.Attempts, "url", redactURL(job.Callback.URL),
+		"result", res.class, "status", res.status, "err", res.errText, "latency_ms", res.latency.Milliseconds()}
+	switch {
+	case err == nil:
+		attrs = append(attrs, "next", state)
+	case isMovedOn(err):
+		// Deleted, re-pushed or its lease ended meanwhile: nothing to record.
+		attrs = append(attrs, "next", "job moved on", "report_err", err)
+	default:
+		attrs = append(attrs, "next", "left to its lease", "report_err", err)
+	}
+	d.log.Warn("callback failed", attrs...)
+}
+
+// giveBack returns a claimed job that was not called, or whose call was cut
+// by shutdown, so that another dispatcher calls it at once. The engine
+// counts the attempt (see the package README section: shutdown).
+func (d *Dispatcher) giveBack(ctx context.Context, job delayqueue.CallbackDelivery, why string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	now := time.Duration(0)
+	state, _, err := d.queue.Release(rctx, job.ID, &now, job.Attempts)
+	switch {
+	case err == nil:
+		d.log.Info("callback job given back", "job_id", job.ID, "attempt", job.Attempts, "why", why, "next", state)
+	case isMovedOn(err):
+	default:
+		d.log.Warn("could not give a callback job back; it will be called again after its lease",
+			"job_id", job.ID, "attempt", job.Attempts, "why", why, "err", err)
+	}
+}
+
+func isMovedOn(err error) bool {
+	return errors.Is(err, delayqueue.ErrStaleDelivery) || errors.Is(err, delayqueue.ErrNotFound) ||
+		errors.Is(err, delayqueue.ErrNotReserved) || errors.Is(err, delayqueue.ErrDead)
+}
+
+// hostOf is the destination host a URL's calls count against.
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return strings.ToLower(u.Hostname())
+}
+
+// hostLimiter holds the call slots of each destination host that has jobs
+// waiting or calling; a host's entry goes when its last job does.
+type hostLimiter struct {
+	perHost int
+	mu      sync.Mutex
+	hosts   map[string]*hostSlots
+}
+
+type hostSlots struct {
+	calls chan struct{} // one token per call in flight
+	jobs  int           // jobs waiting or calling; guarded by hostLimiter.mu
+}
+
+func (h *hostLimiter) join(host string) *hostSlots {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.hosts[host]
+	if s == nil {
+		s = &hostSlots{calls: make(chan struct{}, h.perHost)}
+		h.hosts[host] = s
+	}
+	s.jobs++
+	return s
+}
+
+func (h *hostLimiter) leave(host string, s *hostSlots) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.jobs--
+	if s.jobs == 0 {
+		delete(h.hosts, host)
+	}
+}
+
+// waker blocks on the engine's wake-up list for callback jobs, on a
+// dedicated connection, for at most timeout.
+type waker struct {
+	dial    func() (redis.Conn, error)
+	key     string
+	timeout time.Duration
+	log     *slog.Logger
+	conn    redis.Conn
+}
+
+// wait returns when a wake-up token came, the timeout passed, or ctx is
+// done. Errors are logged and turn into a pause of timeout: the claim that
+// follows is the safety net.
+func (w *waker) wait(ctx context.Context) {
+	if w.conn == nil {
+		conn, err := w.dial()
+		if err != nil {
+			w.log.Warn("webhook dispatcher cannot connect to redis for wake-ups", "err", err)
+			sleepCtx(ctx, w.timeout)
+			return
+		}
+		w.conn = conn
+	}
+	// BLPOP takes whole seconds on every Redis version we support.
+	seconds := int(math.Ceil(w.timeout.Seconds()))
+	var err error
+	if _, ok := w.conn.(redis.ConnWithContext); ok {
+		_, err = redis.DoContext(w.conn, ctx, "BLPOP", w.key, seconds)
+	} else {
+		_, err = w.conn.Do("BLPOP", w.key, seconds)
+	}
+	if err != nil {
+		w.close()
+		if ctx.Err() == nil {
+			w.log.Warn("webhook dispatcher wake-up wait failed", "err", err)
+			sleepCtx(ctx, w.timeout)
+		}
+	}
+}
+
+func (w *waker) close() {
+	if w.conn != nil {
+		_ = w.conn.Close()
+		w.conn = nil
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
