@@ -307,3 +307,324 @@ func TestEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// Data shapes of the lifecycle endpoints, for decodeExactly.
+type e2eRelease struct {
+	State string `json:"state"`
+	Due   int64  `json:"due"`
+	DueMS int64  `json:"due_ms"`
+}
+
+type e2eTouch struct {
+	LeaseUntil   int64 `json:"lease_until"`
+	LeaseUntilMS int64 `json:"lease_until_ms"`
+}
+
+type e2eDeadJob struct {
+	ID          string `json:"id"`
+	Topic       string `json:"topic"`
+	Body        string `json:"body"`
+	Attempts    int    `json:"attempts"`
+	Reason      string `json:"reason"`
+	DeadAt      int64  `json:"dead_at"`
+	DeadAtMS    int64  `json:"dead_at_ms"`
+	CreatedAt   int64  `json:"created_at"`
+	CreatedAtMS int64  `json:"created_at_ms"`
+}
+
+type e2eDeadList struct {
+	Total int          `json:"total"`
+	Jobs  []e2eDeadJob `json:"jobs"`
+}
+
+// mustFail sends a request that must get code 1 with message want.
+func mustFail(t *testing.T, url, path, body, want string) response {
+	t.Helper()
+	got := post(t, url, path, body)
+	if got.status != 200 || got.code != 1 || got.msg != want {
+		t.Fatalf("POST %s %s: %d %s\nwant code 1 %q", path, body, got.status, got.raw, want)
+	}
+	return got
+}
+
+// decodeData decodes a success's data into v (any JSON shape).
+func decodeData(t *testing.T, got response, v any) {
+	t.Helper()
+	if err := json.Unmarshal(got.data, v); err != nil {
+		t.Fatalf("data of %s: %v", got.raw, err)
+	}
+}
+
+// popUntil pops from topic until a job arrives or the deadline passes;
+// each pop holds up to a second, so the loop does not spin.
+func popUntil(t *testing.T, url, topic string, deadline time.Duration) *e2eDelivery {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"topic": topic, "timeout": 1})
+	for end := time.Now().Add(deadline); time.Now().Before(end); {
+		if d := popJob(t, url, string(body)); d != nil {
+			return d
+		}
+	}
+	t.Fatalf("no job of %s within %v", topic, deadline)
+	return nil
+}
+
+func TestEndToEndLifecycle(t *testing.T) {
+	for _, backend := range e2eBackends() {
+		t.Run(backend.name, func(t *testing.T) {
+			addr, _ := backend.start(t)
+			url := e2eServer(t, addr)
+			t.Run("retry, release, dead letters, kick", func(t *testing.T) { e2eRetryToDead(t, url) })
+			t.Run("batches, stats, topics", func(t *testing.T) { e2eBatches(t, url) })
+			t.Run("touch and refusals", func(t *testing.T) { e2eTouchAndRefusals(t, url) })
+		})
+	}
+}
+
+// A job with retry [1] and max_attempts 2: released twice, it ends in the
+// dead letters; kicked, it is delivered afresh.
+func e2eRetryToDead(t *testing.T, url string) {
+	before := time.Now()
+	mustSucceed(t, url, "/push", `{"topic":"life","id":"L1","ttr":1,"retry":[1],"max_attempts":2,"body":"work"}`)
+	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateReady || !slices.Equal(job.Retry, []int{1}) ||
+		job.MaxAttempts != 2 || job.CreatedAtMS < before.UnixMilli()-2000 || job.CreatedAt != job.CreatedAtMS/1000 {
+		t.Fatalf("get after push: %+v", job)
+	}
+
+	d := popUntil(t, url, "life", 5*time.Second)
+	if d.ID != "L1" || d.Attempts != 1 {
+		t.Fatalf("first delivery %+v", d)
+	}
+	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateReserved || job.Attempts != 1 ||
+		job.LeaseUntilMS == 0 || job.LeaseUntil != job.LeaseUntilMS/1000 {
+		t.Fatalf("get while reserved: %+v", job)
+	}
+
+	releasedAt := time.Now()
+	got := mustSucceed(t, url, "/release", `{"id":"L1","attempt":1}`)
+	var released e2eRelease
+	decodeExactly(t, got.data, &released)
+	// The schedule's wait: one second after the release.
+	if released.State != delayqueue.StateDelay || released.Due != released.DueMS/1000 ||
+		released.DueMS < releasedAt.Add(900*time.Millisecond).UnixMilli() || released.DueMS > time.Now().Add(1100*time.Millisecond).UnixMilli() {
+		t.Fatalf("release 1: %s (released at %d ms)", got.raw, releasedAt.UnixMilli())
+	}
+	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateDelay || job.Attempts != 1 || job.LeaseUntilMS != 0 {
+		t.Fatalf("get after release: %+v", job)
+	}
+
+	d = popUntil(t, url, "life", 5*time.Second)
+	if d.ID != "L1" || d.Attempts != 2 {
+		t.Fatalf("second delivery %+v", d)
+	}
+	if early := time.UnixMilli(released.DueMS).Sub(time.Now()); early > 0 {
+		t.Fatalf("second delivery %v before its due time", early)
+	}
+
+	got = mustSucceed(t, url, "/release", `{"id":"L1","attempt":2}`)
+	decodeExactly(t, got.data, &released)
+	if released.State != delayqueue.StateDead {
+		t.Fatalf("release 2 with max_attempts 2: %s", got.raw)
+	}
+	job := getJob(t, url, "L1")
+	if job == nil || job.State != delayqueue.StateDead || job.Attempts != 2 || job.DeadReason != delayqueue.ReasonReleased ||
+		job.DeadAtMS == 0 || job.DeadAt != job.DeadAtMS/1000 || job.LeaseUntilMS != 0 {
+		t.Fatalf("get of the dead job: %+v", job)
+	}
+
+	got = mustSucceed(t, url, "/dead/list", `{"topic":"life"}`)
+	var list e2eDeadList
+	decodeData(t, got, &list)
+	if list.Total != 1 || len(list.Jobs) != 1 {
+		t.Fatalf("dead list: %s", got.raw)
+	}
+	var dead e2eDeadJob
+	raw, _ := json.Marshal(list.Jobs[0])
+	decodeExactly(t, raw, &dead)
+	if want := (e2eDeadJob{ID: "L1", Topic: "life", Body: "work", Attempts: 2, Reason: delayqueue.ReasonReleased,
+		DeadAt: job.DeadAt, DeadAtMS: job.DeadAtMS, CreatedAt: job.CreatedAt, CreatedAtMS: job.CreatedAtMS}); dead != want {
+		t.Fatalf("dead letter %+v, want %+v", dead, want)
+	}
+
+	mustFail(t, url, "/finish", `{"id":"L1"}`, "job is dead-lettered")
+	got = mustFail(t, url, "/finish", `{"ids":["L1","unknown"]}`, "1 job is dead-lettered")
+	if string(got.data) != `{"finished":1,"dead":["L1"]}` {
+		t.Fatalf("batch finish with a dead job: %s", got.raw)
+	}
+	mustFail(t, url, "/release", `{"id":"L1"}`, "job is dead-lettered")
+	mustFail(t, url, "/touch", `{"id":"L1"}`, "job is dead-lettered")
+	if d := popJob(t, url, `{"topic":"life","timeout":0}`); d != nil {
+		t.Fatalf("a dead job was delivered: %+v", d)
+	}
+	checkStats(t, url, "life", delayqueue.TopicStats{Dead: 1})
+
+	got = mustSucceed(t, url, "/dead/kick", `{"topic":"life","id":"L1"}`)
+	if string(got.data) != `{"kicked":["L1"]}` {
+		t.Fatalf("kick: %s", got.raw)
+	}
+	d = popUntil(t, url, "life", 5*time.Second)
+	if d.ID != "L1" || d.Attempts != 1 || d.Body != "work" {
+		t.Fatalf("delivery after kick %+v", d)
+	}
+	mustSucceed(t, url, "/finish", `{"id":"L1"}`)
+	if job := getJob(t, url, "L1"); job != nil {
+		t.Fatalf("get after finish: %+v", job)
+	}
+	if got := mustSucceed(t, url, "/dead/list", `{"topic":"life"}`); string(got.data) != `{"total":0,"jobs":[]}` {
+		t.Fatalf("dead list after kick and finish: %s", got.raw)
+	}
+
+	// A job with one attempt dies at its first release; /dead/delete
+	// removes it.
+	mustSucceed(t, url, "/push", `{"topic":"life","id":"L2","ttr":30,"max_attempts":1}`)
+	if d := popUntil(t, url, "life", 5*time.Second); d.ID != "L2" {
+		t.Fatalf("delivery %+v", d)
+	}
+	got = mustSucceed(t, url, "/release", `{"id":"L2","delay":0}`)
+	decodeExactly(t, got.data, &released)
+	if released.State != delayqueue.StateDead {
+		t.Fatalf("release of a job with one attempt: %s", got.raw)
+	}
+	if got := mustSucceed(t, url, "/dead/delete", `{"topic":"life","all":true}`); string(got.data) != `{"deleted":1}` {
+		t.Fatalf("dead delete: %s", got.raw)
+	}
+	if job := getJob(t, url, "L2"); job != nil {
+		t.Fatalf("get after dead delete: %+v", job)
+	}
+	checkStats(t, url, "life", delayqueue.TopicStats{})
+}
+
+// A batch of 3, popped with count and finished by ids; if_absent; /stats
+// and /topics agree with what is stored.
+func e2eBatches(t *testing.T, url string) {
+	got := mustSucceed(t, url, "/push", `{"jobs":[
+		{"topic":"batch","id":"B1","ttr":30,"body":"1"},
+		{"topic":"batch","id":"B2","ttr":30,"body":"2"},
+		{"topic":"batch","id":"B3","ttr":30,"body":"3"}]}`)
+	if string(got.data) != `[{"id":"B1","status":"created"},{"id":"B2","status":"created"},{"id":"B3","status":"created"}]` {
+		t.Fatalf("batch push: %s", got.raw)
+	}
+	// Pushed again with if_absent, and a new one: nothing is reset.
+	got = mustSucceed(t, url, "/push", `{"jobs":[
+		{"topic":"batch","id":"B1","ttr":30,"body":"changed","if_absent":true},
+		{"topic":"later","id":"B4","delay":3600,"ttr":30,"if_absent":true}]}`)
+	if string(got.data) != `[{"id":"B1","status":"exists"},{"id":"B4","status":"created"}]` {
+		t.Fatalf("batch push with if_absent: %s", got.raw)
+	}
+	if got := mustSucceed(t, url, "/push", `{"topic":"later","id":"B4","ttr":30,"if_absent":true}`); string(got.data) != `{"exists":true}` {
+		t.Fatalf("single push with if_absent: %s", got.raw)
+	}
+	mustFail(t, url, "/push", `{"jobs":[{"topic":"batch","id":"B5","ttr":30},{"topic":"batch","id":"B5","ttr":30}]}`, "1 of 2 jobs is invalid")
+	if job := getJob(t, url, "B5"); job != nil {
+		t.Fatalf("a job of an invalid batch was stored: %+v", job)
+	}
+
+	checkStats(t, url, "batch", delayqueue.TopicStats{Ready: 3})
+	checkStats(t, url, "later", delayqueue.TopicStats{Delay: 1})
+	checkTopicsMatchStats(t, url)
+
+	var deliveries []e2eDelivery
+	for end := time.Now().Add(5 * time.Second); len(deliveries) < 3 && time.Now().Before(end); {
+		got := mustSucceed(t, url, "/pop", `{"topic":"batch","count":10,"timeout":1}`)
+		var batch []e2eDelivery
+		decodeData(t, got, &batch)
+		if batch == nil {
+			t.Fatalf("pop with count answered %s, want an array", got.raw)
+		}
+		deliveries = append(deliveries, batch...)
+	}
+	var ids []string
+	for _, d := range deliveries {
+		if d.Topic != "batch" || d.Attempts != 1 || d.Body != strings.TrimPrefix(d.ID, "B") {
+			t.Fatalf("batch delivery %+v", d)
+		}
+		ids = append(ids, d.ID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"B1", "B2", "B3"}) {
+		t.Fatalf("popped %v, want B1 B2 B3", ids)
+	}
+	if got := mustSucceed(t, url, "/pop", `{"topic":"batch","count":10,"timeout":0}`); string(got.data) != `[]` {
+		t.Fatalf("pop with count of an empty topic: %s", got.raw)
+	}
+	checkStats(t, url, "batch", delayqueue.TopicStats{Reserved: 3})
+	checkTopicsMatchStats(t, url)
+
+	got = mustSucceed(t, url, "/finish", `{"ids":["B1","B2","B3"]}`)
+	if string(got.data) != `{"finished":3,"dead":[]}` {
+		t.Fatalf("finish ids: %s", got.raw)
+	}
+	if got := mustSucceed(t, url, "/delete", `{"ids":["B4","B1"]}`); string(got.data) != `{"deleted":1}` {
+		t.Fatalf("delete ids: %s", got.raw)
+	}
+	checkStats(t, url, "batch", delayqueue.TopicStats{})
+	checkTopicsMatchStats(t, url)
+}
+
+// /touch extends a lease, refuses a stale attempt; release and touch refuse
+// jobs nobody holds.
+func e2eTouchAndRefusals(t *testing.T, url string) {
+	mustSucceed(t, url, "/push", `{"topic":"touch","id":"T1","ttr":30}`)
+	d := popUntil(t, url, "touch", 5*time.Second)
+	if d.ID != "T1" || d.Attempts != 1 {
+		t.Fatalf("delivery %+v", d)
+	}
+	leaseBefore := getJob(t, url, "T1").LeaseUntilMS
+
+	mustFail(t, url, "/touch", `{"id":"T1","attempt":2}`, "stale delivery: attempt 2 is not the job's current delivery")
+	mustFail(t, url, "/release", `{"id":"T1","attempt":7}`, "stale delivery: attempt 7 is not the job's current delivery")
+	if job := getJob(t, url, "T1"); job.State != delayqueue.StateReserved || job.LeaseUntilMS != leaseBefore {
+		t.Fatalf("a stale touch or release changed the job: %+v", job)
+	}
+
+	touchedAt := time.Now()
+	got := mustSucceed(t, url, "/touch", `{"id":"T1","attempt":1}`)
+	var touched e2eTouch
+	decodeExactly(t, got.data, &touched)
+	if touched.LeaseUntil != touched.LeaseUntilMS/1000 || touched.LeaseUntilMS < touchedAt.Add(29*time.Second).UnixMilli() ||
+		touched.LeaseUntilMS > time.Now().Add(31*time.Second).UnixMilli() {
+		t.Fatalf("touch: %s, touched at %d ms", got.raw, touchedAt.UnixMilli())
+	}
+	if job := getJob(t, url, "T1"); job.LeaseUntilMS != touched.LeaseUntilMS {
+		t.Fatalf("get after touch: lease %d, touch said %d", job.LeaseUntilMS, touched.LeaseUntilMS)
+	}
+	mustSucceed(t, url, "/touch", `{"id":"T1"}`) // without attempt: not checked
+	mustSucceed(t, url, "/finish", `{"id":"T1"}`)
+
+	mustSucceed(t, url, "/push", `{"topic":"touch","id":"T2","delay":100,"ttr":30}`)
+	mustFail(t, url, "/release", `{"id":"T2"}`, "job is not reserved (it is delay)")
+	mustFail(t, url, "/touch", `{"id":"T2"}`, "job is not reserved (it is delay)")
+	mustSucceed(t, url, "/delete", `{"id":"T2"}`)
+	mustFail(t, url, "/release", `{"id":"T2"}`, "job not found")
+	mustFail(t, url, "/touch", `{"id":"T2","attempt":1}`, "job not found")
+}
+
+// checkStats compares /stats of one topic with want.
+func checkStats(t *testing.T, url, topic string, want delayqueue.TopicStats) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"topic": topic})
+	got := mustSucceed(t, url, "/stats", string(body))
+	var stats map[string]delayqueue.TopicStats
+	decodeData(t, got, &stats)
+	if len(stats) != 1 || stats[topic] != want {
+		t.Fatalf("stats of %s: %s, want %+v", topic, got.raw, want)
+	}
+}
+
+// checkTopicsMatchStats checks that /topics lists, sorted, exactly the
+// topics /stats reports, and that each has a job.
+func checkTopicsMatchStats(t *testing.T, url string) {
+	t.Helper()
+	var topics []string
+	decodeData(t, mustSucceed(t, url, "/topics", ``), &topics)
+	var stats map[string]delayqueue.TopicStats
+	decodeData(t, mustSucceed(t, url, "/stats", `{}`), &stats)
+	if topics == nil || !slices.IsSorted(topics) || len(topics) != len(stats) {
+		t.Fatalf("topics %v, stats %+v", topics, stats)
+	}
+	for _, topic := range topics {
+		if s, ok := stats[topic]; !ok || s == (delayqueue.TopicStats{}) {
+			t.Fatalf("topic %s listed, stats %+v", topic, stats)
+		}
+	}
+}
