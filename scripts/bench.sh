@@ -7,20 +7,21 @@
 # started is stopped on exit, by PID.
 #
 # Usage: scripts/bench.sh [dq-bench flags]   e.g. scripts/bench.sh -quick
-# Environment: BIN_DIR (default bin), REDIS_BENCH_REQUESTS (default 200000),
-# SKIP_BUILD=1 uses the binaries already in BIN_DIR, KEEP_LOGS=1 keeps the
-# temporary directory with the Redis and server logs.
+# Environment: GO (default go), BIN_DIR (default bin), REDIS_BENCH_REQUESTS
+# (default 200000), SKIP_BUILD=1 uses the binaries already in BIN_DIR,
+# KEEP_LOGS=1 keeps the temporary directory with the Redis and server logs.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
+go_cmd=${GO:-go}
 bin_dir=${BIN_DIR:-bin}
 redis_bench_requests=${REDIS_BENCH_REQUESTS:-200000}
 # The server holds one connection per held /pop (10,000 in the held-pops
 # phase), and the tool as many on its side.
 open_files=20000
 
-for tool in go redis-server redis-benchmark redis-cli; do
+for tool in "$go_cmd" redis-server redis-benchmark redis-cli; do
 	if ! command -v "$tool" >/dev/null; then
 		echo "bench: $tool not found in PATH (Debian: apt-get install redis-server redis-tools)" >&2
 		exit 1
@@ -29,13 +30,14 @@ done
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
 	echo "bench: building $bin_dir/delay-queue and $bin_dir/dq-bench" >&2
-	go build -o "$bin_dir/delay-queue" ./cmd/delay-queue
-	go build -o "$bin_dir/dq-bench" ./cmd/dq-bench
+	"$go_cmd" build -o "$bin_dir/delay-queue" ./cmd/delay-queue
+	"$go_cmd" build -o "$bin_dir/dq-bench" ./cmd/dq-bench
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dq-bench.XXXXXX")
 redis_pid=""
 server_pid=""
+bench_pid=""
 
 # stop_pid ends one process we started and waits for it (at most 10 s,
 # then SIGKILL).
@@ -53,6 +55,7 @@ stop_pid() {
 cleanup() {
 	local status=$?
 	trap - EXIT INT TERM
+	if [[ -n $bench_pid ]]; then stop_pid "$bench_pid"; fi
 	if [[ -n $server_pid ]]; then stop_pid "$server_pid"; fi
 	if [[ -n $redis_pid ]]; then stop_pid "$redis_pid"; fi
 	if [[ $status -ne 0 ]]; then
@@ -124,5 +127,12 @@ server_url="http://127.0.0.1:$server_port"
 wait_until "delay-queue on port $server_port" \
 	bash -c "exec 3<>/dev/tcp/127.0.0.1/$server_port"
 
+# In the background, so that a signal to this script is handled at once
+# (bash runs traps only between foreground commands, but interrupts wait).
 "$bin_dir/dq-bench" -url "$server_url" -redis "127.0.0.1:$redis_port" -redis-db 1 \
-	-set-rps "$set_rps" -server-pid "$server_pid" "$@"
+	-set-rps "$set_rps" -server-pid "$server_pid" "$@" &
+bench_pid=$!
+bench_status=0
+wait "$bench_pid" || bench_status=$?
+bench_pid=""
+exit "$bench_status"
