@@ -292,9 +292,19 @@ func TestEndToEnd(t *testing.T) {
 			for path, body := range map[string]string{
 				"/push": `{"topic":"mail","id":"down","ttr":5}`, "/get": `{"id":"x"}`,
 				"/finish": `{"id":"x"}`, "/delete": `{"id":"x"}`,
+				"/release": `{"id":"x"}`, "/touch": `{"id":"x","attempt":1}`,
+				"/dead/list": `{"topic":"mail"}`, "/dead/kick": `{"topic":"mail","count":1}`,
+				"/dead/delete": `{"topic":"mail","all":true}`, "/stats": `{}`, "/topics": `{}`,
 			} {
 				if got := post(t, url, path, body); got.status != 200 || got.code != 1 || got.msg != msgRedisUnavailable {
 					t.Errorf("%s with Redis stopped: %d %s", path, got.status, got.raw)
+				}
+			}
+			for path, body := range map[string]string{
+				"/push": `{"jobs":[{"topic":"mail","id":"down","ttr":5}]}`, "/finish": `{"ids":["x"]}`, "/delete": `{"ids":["x"]}`,
+			} {
+				if got := post(t, url, path, body); got.status != 200 || got.code != 1 || got.msg != msgRedisUnavailable {
+					t.Errorf("%s %s with Redis stopped: %d %s", path, body, got.status, got.raw)
 				}
 			}
 			// A held pop keeps waiting out its hold rather than failing at
