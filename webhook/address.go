@@ -35,8 +35,9 @@ var refusedRanges = []refusedRange{
 	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
 	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved (broadcast included)"},
-	// ::/8 holds ::, ::1 and the deprecated IPv4-compatible addresses.
-	{netip.MustParsePrefix("::/8"), "loopback, unspecified or reserved"},
+	// ::/96 holds ::, ::1 and the deprecated IPv4-compatible addresses.
+	{netip.MustParsePrefix("::/96"), "loopback, unspecified or IPv4-compatible"},
+	{netip.MustParsePrefix("100::/64"), "discard-only"},
 	{netip.MustParsePrefix("fc00::/7"), "unique local (private)"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("fec0::/10"), "site-local"},

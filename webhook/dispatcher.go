@@ -22,11 +22,11 @@ import (
 )
 
 const (
-	// leaseRenewAfter is how long a claimed job may wait for its host's
-	// slot before its lease is renewed. It must stay below the engine's
-	// lease margin (10 s over the call's timeout), so a call always starts
-	// with at least its timeout left on the lease.
-	leaseRenewAfter = 5 * time.Second
+	// defaultLeaseRenewAfter is how long a claimed job may wait for its
+	// host's slot before its lease is renewed. It must stay below the
+	// engine's lease margin (10 s over the call's timeout), so a call always
+	// starts with at least its timeout left on the lease.
+	defaultLeaseRenewAfter = 5 * time.Second
 	// reportTimeout bounds the Redis calls that report an outcome; they run
 	// even while shutting down.
 	reportTimeout = 5 * time.Second
@@ -47,6 +47,8 @@ type Dispatcher struct {
 	// slots.
 	slots chan struct{}
 	hosts *hostLimiter
+	// leaseRenewAfter is defaultLeaseRenewAfter; tests shorten it.
+	leaseRenewAfter time.Duration
 }
 
 // New builds a Dispatcher. dial opens the dedicated Redis connection the
@@ -75,6 +77,8 @@ func New(q *delayqueue.Queue, dial func() (redis.Conn, error), opts Options, log
 		caller: newCaller(policy, opts),
 		slots:  make(chan struct{}, opts.Concurrency),
 		hosts:  &hostLimiter{perHost: opts.PerHost, hosts: map[string]*hostSlots{}},
+
+		leaseRenewAfter: defaultLeaseRenewAfter,
 	}, nil
 }
 
@@ -189,7 +193,7 @@ func (d *Dispatcher) deliver(ctx, callCtx context.Context, job delayqueue.Callba
 		d.giveBack(ctx, job, "dispatcher stopping before the call started")
 		return
 	}
-	if time.Since(leaseFrom) >= leaseRenewAfter && !d.renewLease(ctx, job) {
+	if time.Since(leaseFrom) >= d.leaseRenewAfter && !d.renewLease(ctx, job) {
 		return
 	}
 	res := d.caller.call(callCtx, job)
@@ -205,7 +209,7 @@ func (d *Dispatcher) deliver(ctx, callCtx context.Context, job delayqueue.Callba
 
 // waitForHost takes one of the host's call slots. The job keeps its
 // dispatcher slot while it waits, and its lease is renewed every
-// leaseRenewAfter, so waiting never lets a second dispatcher call it. It
+// d.leaseRenewAfter, so waiting never lets a second dispatcher call it. It
 // returns when the lease was last renewed, and false when the job was given
 // back (shutdown) or lost (the lease could not be renewed).
 func (d *Dispatcher) waitForHost(ctx context.Context, job delayqueue.CallbackDelivery, slots *hostSlots, leaseFrom time.Time) (time.Time, bool) {
@@ -214,7 +218,7 @@ func (d *Dispatcher) waitForHost(ctx context.Context, job delayqueue.CallbackDel
 		return leaseFrom, true
 	default:
 	}
-	renew := time.NewTimer(time.Until(leaseFrom.Add(leaseRenewAfter)))
+	renew := time.NewTimer(time.Until(leaseFrom.Add(d.leaseRenewAfter)))
 	defer renew.Stop()
 	for {
 		select {
@@ -229,7 +233,7 @@ func (d *Dispatcher) waitForHost(ctx context.Context, job delayqueue.CallbackDel
 				return leaseFrom, false
 			}
 			leaseFrom = renewedAt
-			renew.Reset(leaseRenewAfter)
+			renew.Reset(d.leaseRenewAfter)
 		}
 	}
 }
