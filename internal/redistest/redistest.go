@@ -4,6 +4,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -27,6 +28,9 @@ type Server struct {
 	Dir  string
 	cmd  *exec.Cmd
 	args []string
+	// tls, when set, makes the server listen for TLS only (port 0 and
+	// tls-port) and is how the helper connects to it.
+	tls *tls.Config
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -40,14 +44,15 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// Binary returns the path of redis-server, or skips the test (fails it when
-// DQ_REQUIRE_REDIS=1) when it is absent.
+// Binary returns the path of the named program (redis-server,
+// redis-sentinel), or skips the test (fails it when DQ_REQUIRE_REDIS=1)
+// when it is absent.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("%s not found in PATH and %s=1: install it (apt-get install redis-server)", name, RequireEnv)
+			t.Fatalf("%s not found in PATH and %s=1: install it (apt-get install %s)", name, RequireEnv, name)
 		}
 		t.Skipf("%s not found in PATH: skipping the real-Redis variant (set %s=1 to make this a failure)", name, RequireEnv)
 	}
@@ -59,9 +64,14 @@ func Binary(t testing.TB, name string) string {
 // config directives such as "appendonly yes".
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	return startServer(t, nil, extra)
+}
+
+func startServer(t testing.TB, clientTLS *tls.Config, extra []string) *Server {
+	t.Helper()
 	bin := Binary(t, "redis-server")
 	dir := t.TempDir()
-	s := &Server{Dir: dir}
+	s := &Server{Dir: dir, tls: clientTLS}
 	s.args = append([]string{bin}, extra...)
 	var lastErr error
 	for try := 0; try < 5; try++ {
@@ -77,14 +87,17 @@ func Start(t testing.TB, extra ...string) *Server {
 }
 
 func (s *Server) start(port int) error {
-	conf := []string{
-		"port " + strconv.Itoa(port),
+	listen := []string{"port " + strconv.Itoa(port)}
+	if s.tls != nil {
+		listen = []string{"port 0", "tls-port " + strconv.Itoa(port)}
+	}
+	conf := append(listen,
 		"bind 127.0.0.1",
-		"dir " + s.Dir,
+		"dir "+s.Dir,
 		"save \"\"",
 		"daemonize no",
 		"protected-mode no",
-	}
+	)
 	conf = append(conf, s.args[1:]...)
 	confPath := filepath.Join(s.Dir, "redis.conf")
 	if err := os.WriteFile(confPath, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
@@ -104,7 +117,7 @@ func (s *Server) start(port int) error {
 	s.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(s.Addr) == nil {
+		if ping(s.Addr, s.tls) == nil {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -142,8 +155,15 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+// ping sends PING, over TLS when clientTLS is set, and wants PONG.
+func ping(addr string, clientTLS *tls.Config) error {
+	var c net.Conn
+	var err error
+	if clientTLS != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, clientTLS)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return err
 	}
