@@ -122,8 +122,9 @@ func decodeBatchJob(element json.RawMessage, maxJobBodyBytes int) (delayqueue.Jo
 	return decodeJob(obj, maxJobBodyBytes)
 }
 
-// readableID is the trimmed id of a batch element, or "" when it has no
-// string id: it names a bad job in the failure's data.
+// readableID is the id of a bad batch element, trimmed, or "" when it has no
+// valid id: it names the job in the failure's data (an invalid id is not
+// echoed back; the index says which job it is).
 func readableID(element json.RawMessage) string {
 	if element[0] != '{' {
 		return ""
@@ -136,7 +137,10 @@ func readableID(element json.RawMessage) string {
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(id)
+	if id, err = checkID("id", id); err != nil {
+		return ""
+	}
+	return id
 }
 
 // decodeJob validates the fields of one job.

@@ -370,6 +370,12 @@ func TestPushBatchRejects(t *testing.T) {
 				`{"index":6,"id":"ok","message":"id \"ok\" is already used by job 0 of the batch"},` +
 				`{"index":7,"id":"x","message":"id \"x\" is already used by job 3 of the batch"},` +
 				`{"index":9,"id":"b","message":"body must be at most 64 bytes (max_job_body_bytes), got 65 bytes"}]`},
+		{"an invalid id is not echoed", `{"jobs":[{"topic":"t","id":"` + strings.Repeat("i", 257) + `","ttr":1},{"topic":"t","id":" ","ttr":1}]}`,
+			"2 of 2 jobs are invalid", `[{"index":0,"id":"","message":"id must be at most 256 bytes, got 257"},` +
+				`{"index":1,"id":"","message":"id is required and must not be blank"}]`},
+		{"a bad job's id still counts for repeats", `{"jobs":[{"topic":"t","id":"1"},{"topic":"t","id":"1","ttr":1}]}`,
+			"2 of 2 jobs are invalid", `[{"index":0,"id":"1","message":"ttr is required: an integer between 1 and 86400 (seconds)"},` +
+				`{"index":1,"id":"1","message":"id \"1\" is already used by job 0 of the batch"}]`},
 		{"duplicate after trimming", `{"jobs":[{"topic":"t","id":"1","ttr":1},{"topic":"t","id":" 1","ttr":1}]}`,
 			"1 of 2 jobs is invalid", `[{"index":1,"id":"1","message":"id \"1\" is already used by job 0 of the batch"}]`},
 		{"invalid UTF-8 in a job", "{\"jobs\":[{\"topic\":\"t\",\"id\":\"1\",\"ttr\":1,\"body\":\"\xff\"}]}",
