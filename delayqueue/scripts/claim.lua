@@ -29,8 +29,9 @@ for i = first_topic, #ARGV do
     if f[1] == 'ready' and f[2] == topic then
       local attempts = tonumber(f[4]) + 1
       local lease = now + tonumber(f[3]) * 1000
-      set_state(job, topic, 'ready', 'reserved')
-      redis.call('HSET', job, 'a', int(attempts), 'l', int(lease))
+      redis.call('HSET', job, 's', 'reserved', 'a', int(attempts), 'l', int(lease))
+      count(topic, 'ready', -1)
+      count(topic, 'reserved', 1)
       redis.call('ZADD', bucket_key(f[5]), int(lease), id)
       reply[#reply + 1] = id
       reply[#reply + 1] = topic

@@ -22,10 +22,11 @@ local state = 'delay'
 if ARGV[ARG + 7] == 'ready' then
   state = 'ready'
 end
-redis.call('HSET', job, 't', topic, 'd', ARGV[ARG + 3], 'r', ARGV[ARG + 4],
-  'a', '0', 'c', int(now_ms()), 'k', ARGV[ARG + 6])
-write_body(job, ARGV[ARG + 5])
-set_state(job, topic, nil, state)
+local fields = {'t', topic, 's', state, 'd', ARGV[ARG + 3], 'r', ARGV[ARG + 4],
+  'a', '0', 'c', int(now_ms()), 'k', ARGV[ARG + 6]}
+body_fields(fields, ARGV[ARG + 5])
+redis.call('HSET', job, unpack(fields))
+count(topic, state, 1)
 if state == 'delay' then
   redis.call('ZREM', old_bucket, id)
   redis.call('ZADD', bucket_key(ARGV[ARG + 6]), ARGV[ARG + 8], id)

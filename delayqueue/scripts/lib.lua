@@ -15,7 +15,7 @@
 -- ms (the next due time once rescheduled), r ttr s, a attempts, c created ms, k bucket number, l lease end ms,
 -- rt retry schedule (comma-separated seconds), m max attempts (0 unlimited),
 -- dr/dt dead reason and time, cb callback (JSON), ls/le/lb last callback
--- status, error and response start, n/b1..bn body chunks (see write_body).
+-- status, error and response start, n/b1..bn body chunks (see body_fields).
 local P, BP, BS, RP, RS = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local WAKE_CAP, DEAD_MAX, DEAD_TTL = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local ARG = 9
@@ -50,12 +50,17 @@ local function int(n)
 end
 
 -- count moves the per-topic state counters that /stats reads, and keeps the
--- set of topics that hold jobs.
+-- set of topics that hold jobs (a topic with a positive counter is in it).
 local function count(topic, state, delta)
+  if delta == 0 then
+    return
+  end
   local key = count_key(topic)
   local v = redis.call('HINCRBY', key, state, delta)
   if delta > 0 then
-    redis.call('SADD', TOPICS, topic)
+    if v == delta then
+      redis.call('SADD', TOPICS, topic)
+    end
   elseif v <= 0 then
     local vals = redis.call('HVALS', key)
     local sum = 0
@@ -84,18 +89,23 @@ local body_chunk = 64
 -- whole in field b.
 local body_max_chunks = 100
 
-local function write_body(job, body)
+-- body_fields appends to an HSET argument list the fields storing body:
+-- chunks b1..bn with n = count, or the whole body in b with n = -1.
+local function body_fields(args, body)
   local n = math.ceil(string.len(body) / body_chunk)
   if n > body_max_chunks then
-    redis.call('HSET', job, 'n', '-1', 'b', body)
+    args[#args + 1] = 'n'
+    args[#args + 1] = '-1'
+    args[#args + 1] = 'b'
+    args[#args + 1] = body
     return
   end
-  local args = {'n', int(n)}
+  args[#args + 1] = 'n'
+  args[#args + 1] = int(n)
   for i = 1, n do
     args[#args + 1] = 'b' .. i
     args[#args + 1] = string.sub(body, (i - 1) * body_chunk + 1, i * body_chunk)
   end
-  redis.call('HSET', job, unpack(args))
 end
 
 local function read_body(job, n)

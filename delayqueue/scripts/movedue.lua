@@ -32,7 +32,8 @@ for i = 1, #due, 2 do
     set_state(job, f[2], 'delay', 'ready')
     make_ready(id, job, f[2], false)
   elseif f[1] == 'delay' then
-    set_state(job, f[2], 'delay', 'ready')
+    -- Counted per topic after the loop.
+    redis.call('HSET', job, 's', 'ready')
     redis.call('RPUSH', ready_key(f[2]), id)
     if not moved[f[2]] then
       moved[f[2]] = 0
@@ -45,6 +46,8 @@ for i = 1, #due, 2 do
   end
 end
 for _, topic in ipairs(order) do
+  count(topic, 'ready', moved[topic])
+  count(topic, 'delay', -moved[topic])
   signal(topic, moved[topic])
 end
 local next_due = -1

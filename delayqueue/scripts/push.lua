@@ -35,23 +35,32 @@ for j = 0, n - 1 do
     if delay_ms == 0 then
       state = 'ready'
     end
-    redis.call('HSET', job, 't', topic, 'd', int(due), 'r', ARGV[base + 3],
-      'a', '0', 'c', int(now), 'k', bucket_no)
-    if ARGV[base + 6] ~= '' then
-      redis.call('HSET', job, 'rt', ARGV[base + 6])
+    local fields = {'t', topic, 's', state, 'd', int(due), 'r', ARGV[base + 3],
+      'a', '0', 'c', int(now), 'k', bucket_no}
+    local retry, max, callback = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
+    if retry ~= '' then
+      fields[#fields + 1] = 'rt'
+      fields[#fields + 1] = retry
     end
-    if ARGV[base + 7] ~= '0' then
-      redis.call('HSET', job, 'm', ARGV[base + 7])
+    if max ~= '0' then
+      fields[#fields + 1] = 'm'
+      fields[#fields + 1] = max
     end
-    if ARGV[base + 9] ~= '' then
-      redis.call('HSET', job, 'cb', ARGV[base + 9])
+    if callback ~= '' then
+      fields[#fields + 1] = 'cb'
+      fields[#fields + 1] = callback
     end
-    write_body(job, ARGV[base + 4])
-    set_state(job, topic, nil, state)
-    if state == 'ready' then
-      make_ready(id, job, topic, false)
-    else
+    body_fields(fields, ARGV[base + 4])
+    redis.call('HSET', job, unpack(fields))
+    count(topic, state, 1)
+    if state == 'delay' then
       redis.call('ZADD', bucket_key(bucket_no), int(due), id)
+    elseif callback ~= '' then
+      redis.call('RPUSH', HOOKS, id)
+      signal_key(HOOK_WAKE, 1)
+    else
+      redis.call('RPUSH', ready_key(topic), id)
+      signal(topic, 1)
     end
   end
   reply[#reply + 1] = due
