@@ -31,9 +31,10 @@ lint: ## check formatting (gofmt) and run go vet
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-# Placeholder until the performance issue replaces it with the full load run.
-bench: ## run the engine's Go benchmarks
-	$(GO) test -run '^$$' -bench . ./delayqueue/
+# Starts a throwaway redis-server and the server on free loopback ports, runs
+# redis-benchmark on that Redis for the reference rate, then cmd/dq-bench.
+bench: ## load benchmark: figures and ratios to redis-benchmark on the same Redis (ARGS=-quick: short run)
+	GO=$(GO) scripts/bench.sh $(ARGS)
 
 fuzz: ## fuzz the HTTP request decoding for FUZZ_TIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./routers/
