@@ -60,6 +60,21 @@ type Config struct {
 	LogLevel slog.Level
 	// LogFormat is LogFormatText or LogFormatJSON (log_format).
 	LogFormat string
+	// AuthToken, when not empty, is the bearer token every API request must
+	// carry (auth_token; the DQ_AUTH_TOKEN environment variable wins, see
+	// ApplyEnv).
+	AuthToken string
+	// MetricsAuth makes GET /metrics require the token too (metrics_auth).
+	MetricsAuth bool
+	// MetricsTopicLabels caps the distinct topic labels of the metrics; the
+	// other topics are counted as "other" (metrics_topic_labels).
+	MetricsTopicLabels int
+	// MaxHeldPops caps the /pop requests this process holds at once; more
+	// are refused (max_held_pops).
+	MaxHeldPops int
+	// DebugAddr, when not empty, is where a second listener serves
+	// net/http/pprof (debug_addr).
+	DebugAddr string
 	// Redis says how to reach Redis (the redis.* keys).
 	Redis Redis
 }
@@ -93,21 +108,26 @@ func (r Redis) Embedded() bool { return r.Host == EmbeddedHost }
 // keys keep the original's defaults.
 func Default() Config {
 	return Config{
-		BindAddress:       "0.0.0.0:9277",
-		BucketSize:        3,
-		BucketName:        "dq_bucket_%d",
-		QueueName:         "dq_queue_%s",
-		QueueBlockTimeout: 178 * time.Second,
-		KeyPrefix:         "dq_",
-		MaxBodyBytes:      16 << 20,
-		MaxJobBodyBytes:   1 << 20,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       240 * time.Second,
-		ShutdownTimeout:   30 * time.Second,
-		DeadMaxPerTopic:   10000,
-		DeadTTL:           7 * 24 * time.Hour,
-		LogLevel:          slog.LevelInfo,
-		LogFormat:         LogFormatText,
+		BindAddress:        "0.0.0.0:9277",
+		BucketSize:         3,
+		BucketName:         "dq_bucket_%d",
+		QueueName:          "dq_queue_%s",
+		QueueBlockTimeout:  178 * time.Second,
+		KeyPrefix:          "dq_",
+		MaxBodyBytes:       16 << 20,
+		MaxJobBodyBytes:    1 << 20,
+		ReadHeaderTimeout:  10 * time.Second,
+		IdleTimeout:        240 * time.Second,
+		ShutdownTimeout:    30 * time.Second,
+		DeadMaxPerTopic:    10000,
+		DeadTTL:            7 * 24 * time.Hour,
+		LogLevel:           slog.LevelInfo,
+		LogFormat:          LogFormatText,
+		AuthToken:          "",
+		MetricsAuth:        false,
+		MetricsTopicLabels: 100,
+		MaxHeldPops:        20000,
+		DebugAddr:          "",
 		Redis: Redis{
 			Host:           "127.0.0.1:6379",
 			DB:             1,
@@ -119,6 +139,24 @@ func Default() Config {
 			WriteTimeout:   3000 * time.Millisecond,
 		},
 	}
+}
+
+// AuthTokenEnv names the environment variable that sets the auth token. A
+// non-empty value wins over auth_token in the file, so the secret can stay
+// out of it.
+const AuthTokenEnv = "DQ_AUTH_TOKEN"
+
+// ApplyEnv overrides settings from the environment, read through lookup
+// (os.LookupEnv in the server): DQ_AUTH_TOKEN, when set and not empty,
+// replaces auth_token. Call Validate afterwards. It reports the variables
+// it applied, for the log.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) []string {
+	var applied []string
+	if token, ok := lookup(AuthTokenEnv); ok && token != "" {
+		c.AuthToken = token
+		applied = append(applied, AuthTokenEnv)
+	}
+	return applied
 }
 
 // ParseLogLevel turns a log_level value (debug, info, warn or warning,

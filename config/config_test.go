@@ -13,21 +13,23 @@ import (
 func TestDefaultMatchesTheOriginal(t *testing.T) {
 	got := Default()
 	want := Config{
-		BindAddress:       "0.0.0.0:9277",
-		BucketSize:        3,
-		BucketName:        "dq_bucket_%d",
-		QueueName:         "dq_queue_%s",
-		QueueBlockTimeout: 178 * time.Second,
-		KeyPrefix:         "dq_",
-		MaxBodyBytes:      16777216,
-		MaxJobBodyBytes:   1048576,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       240 * time.Second,
-		ShutdownTimeout:   30 * time.Second,
-		DeadMaxPerTopic:   10000,
-		DeadTTL:           7 * 24 * time.Hour,
-		LogLevel:          slog.LevelInfo,
-		LogFormat:         "text",
+		BindAddress:        "0.0.0.0:9277",
+		BucketSize:         3,
+		BucketName:         "dq_bucket_%d",
+		QueueName:          "dq_queue_%s",
+		QueueBlockTimeout:  178 * time.Second,
+		KeyPrefix:          "dq_",
+		MaxBodyBytes:       16777216,
+		MaxJobBodyBytes:    1048576,
+		ReadHeaderTimeout:  10 * time.Second,
+		IdleTimeout:        240 * time.Second,
+		ShutdownTimeout:    30 * time.Second,
+		DeadMaxPerTopic:    10000,
+		DeadTTL:            7 * 24 * time.Hour,
+		LogLevel:           slog.LevelInfo,
+		LogFormat:          "text",
+		MetricsTopicLabels: 100,
+		MaxHeldPops:        20000,
 		Redis: Redis{
 			Host:           "127.0.0.1:6379",
 			DB:             1,
@@ -178,6 +180,33 @@ log_format = JSON
 			},
 		},
 		{
+			name: "operations keys",
+			ini: `auth_token = 0123456789abcdef-token
+metrics_auth = TRUE
+metrics_topic_labels = 7
+max_held_pops = 50
+debug_addr = 127.0.0.1:6060
+`,
+			change: func(c *Config) {
+				c.AuthToken = "0123456789abcdef-token"
+				c.MetricsAuth = true
+				c.MetricsTopicLabels = 7
+				c.MaxHeldPops = 50
+				c.DebugAddr = "127.0.0.1:6060"
+			},
+		},
+		{
+			name:   "boolean spellings",
+			ini:    "auth_token = 0123456789abcdef\nmetrics_auth = yes",
+			change: func(c *Config) { c.AuthToken = "0123456789abcdef"; c.MetricsAuth = true },
+		},
+		{
+			name:         "empty boolean keeps its default with a warning",
+			ini:          "metrics_auth =",
+			change:       func(*Config) {},
+			wantWarnings: []string{"metrics_auth: empty value, using the default false"},
+		},
+		{
 			name: "quotes and comments",
 			ini: `bind_address = "127.0.0.1:9000" ; quoted
 redis.password = "a;b#c"
@@ -317,6 +346,17 @@ func TestParseErrors(t *testing.T) {
 		{"bad log level", "log_level = loud", []string{"log_level", `"loud"`}},
 		{"empty log level", "log_level =", []string{"log_level"}},
 		{"bad log format", "log_format = xml", []string{"log_format", `"xml"`}},
+		{"short auth token", "auth_token = short", []string{"auth_token", "at least 16 characters, got 5"}},
+		{"auth token with a space", "auth_token = 'abcdefgh ijklmnopq'", []string{"auth_token", "without spaces"}},
+		{"auth token with non-ASCII", "auth_token = abcdefghijklmnopé", []string{"auth_token", "printable ASCII"}},
+		{"metrics auth without a token", "metrics_auth = true", []string{"metrics_auth = true needs auth_token"}},
+		{"metrics auth not a boolean", "metrics_auth = maybe", []string{"metrics_auth", `"maybe" is not true or false`}},
+		{"zero topic labels", "metrics_topic_labels = 0", []string{"metrics_topic_labels = 0", "at least 1"}},
+		{"zero held pops", "max_held_pops = 0", []string{"max_held_pops = 0", "at least 1"}},
+		{"negative held pops", "max_held_pops = -5", []string{"max_held_pops = -5"}},
+		{"debug address without port", "debug_addr = localhost", []string{"debug_addr", "host:port"}},
+		{"debug address equal to bind address", "bind_address = 127.0.0.1:9000\ndebug_addr = 127.0.0.1:9000",
+			[]string{"debug_addr", "differ from bind_address"}},
 		{"key in both spellings", "redis.host = 127.0.0.1:1\n[redis]\nhost = 127.0.0.1:2",
 			[]string{"redis.host is set twice", "[redis] host"}},
 		{"several problems at once", "bucket_size = 0\nlog_format = xml", []string{"bucket_size = 0", "log_format"}},
@@ -365,6 +405,56 @@ func TestValidateCatchesChangesAfterLoad(t *testing.T) {
 				t.Fatalf("Validate() = %v, want nil", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// The token is a secret: an error about it never shows it.
+func TestAuthTokenErrorHidesTheToken(t *testing.T) {
+	for _, token := range []string{"tiny-secret", "has space secret-secret"} {
+		cfg := Default()
+		cfg.AuthToken = token
+		err := cfg.Validate()
+		if err == nil {
+			t.Fatalf("Validate accepted auth token %q", token)
+		}
+		if strings.Contains(err.Error(), token) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("error %q shows the token", err)
+		}
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	tests := []struct {
+		name        string
+		fileToken   string
+		env         map[string]string
+		wantToken   string
+		wantApplied []string
+	}{
+		{"no variable keeps the file's token", "file-token-0123456789", nil, "file-token-0123456789", nil},
+		{"variable wins over the file", "file-token-0123456789", map[string]string{AuthTokenEnv: "env-token-0123456789"},
+			"env-token-0123456789", []string{AuthTokenEnv}},
+		{"variable without a file token", "", map[string]string{AuthTokenEnv: "env-token-0123456789"},
+			"env-token-0123456789", []string{AuthTokenEnv}},
+		{"empty variable does not turn auth off", "file-token-0123456789", map[string]string{AuthTokenEnv: ""},
+			"file-token-0123456789", nil},
+		{"other variables are ignored", "", map[string]string{"DQ_OTHER": "x"}, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.AuthToken = tt.fileToken
+			applied := cfg.ApplyEnv(func(name string) (string, bool) {
+				v, ok := tt.env[name]
+				return v, ok
+			})
+			if cfg.AuthToken != tt.wantToken {
+				t.Errorf("AuthToken = %q, want %q", cfg.AuthToken, tt.wantToken)
+			}
+			if !reflect.DeepEqual(applied, tt.wantApplied) {
+				t.Errorf("applied = %q, want %q", applied, tt.wantApplied)
 			}
 		})
 	}

@@ -89,21 +89,26 @@ type setter func(cfg *Config, raw string) (warning string, err error)
 // settingSetters maps every known key, in its dotted form, to its setter.
 func settingSetters() map[string]setter {
 	return map[string]setter{
-		"bind_address":        stringSetting(func(c *Config) *string { return &c.BindAddress }),
-		"bucket_size":         intSetting(func(c *Config) *int { return &c.BucketSize }),
-		"bucket_name":         stringSetting(func(c *Config) *string { return &c.BucketName }),
-		"queue_name":          stringSetting(func(c *Config) *string { return &c.QueueName }),
-		"queue_block_timeout": durationSetting(time.Second, func(c *Config) *time.Duration { return &c.QueueBlockTimeout }),
-		"key_prefix":          stringSetting(func(c *Config) *string { return &c.KeyPrefix }),
-		"max_body_bytes":      int64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes }),
-		"max_job_body_bytes":  int64Setting(func(c *Config) *int64 { return &c.MaxJobBodyBytes }),
-		"read_header_timeout": durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }),
-		"idle_timeout":        durationSetting(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout }),
-		"shutdown_timeout":    durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
-		"dead_max_per_topic":  intSetting(func(c *Config) *int { return &c.DeadMaxPerTopic }),
-		"dead_ttl":            durationSetting(time.Second, func(c *Config) *time.Duration { return &c.DeadTTL }),
-		"log_level":           logLevelSetting,
-		"log_format":          logFormatSetting,
+		"bind_address":         stringSetting(func(c *Config) *string { return &c.BindAddress }),
+		"bucket_size":          intSetting(func(c *Config) *int { return &c.BucketSize }),
+		"bucket_name":          stringSetting(func(c *Config) *string { return &c.BucketName }),
+		"queue_name":           stringSetting(func(c *Config) *string { return &c.QueueName }),
+		"queue_block_timeout":  durationSetting(time.Second, func(c *Config) *time.Duration { return &c.QueueBlockTimeout }),
+		"key_prefix":           stringSetting(func(c *Config) *string { return &c.KeyPrefix }),
+		"max_body_bytes":       int64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes }),
+		"max_job_body_bytes":   int64Setting(func(c *Config) *int64 { return &c.MaxJobBodyBytes }),
+		"read_header_timeout":  durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }),
+		"idle_timeout":         durationSetting(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout }),
+		"shutdown_timeout":     durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+		"dead_max_per_topic":   intSetting(func(c *Config) *int { return &c.DeadMaxPerTopic }),
+		"dead_ttl":             durationSetting(time.Second, func(c *Config) *time.Duration { return &c.DeadTTL }),
+		"log_level":            logLevelSetting,
+		"log_format":           logFormatSetting,
+		"auth_token":           stringSetting(func(c *Config) *string { return &c.AuthToken }),
+		"metrics_auth":         boolSetting(func(c *Config) *bool { return &c.MetricsAuth }),
+		"metrics_topic_labels": intSetting(func(c *Config) *int { return &c.MetricsTopicLabels }),
+		"max_held_pops":        intSetting(func(c *Config) *int { return &c.MaxHeldPops }),
+		"debug_addr":           stringSetting(func(c *Config) *string { return &c.DebugAddr }),
 
 		"redis.host":            stringSetting(func(c *Config) *string { return &c.Redis.Host }),
 		"redis.db":              intSetting(func(c *Config) *int { return &c.Redis.DB }),
@@ -185,6 +190,23 @@ func durationSetting(unit time.Duration, field func(*Config) *time.Duration) set
 			return "", fmt.Errorf("%q is out of range", raw)
 		}
 		*field(c) = time.Duration(n) * unit
+		return "", nil
+	}
+}
+
+// boolSetting reads true or false (also yes/no, on/off, 1/0; any case).
+func boolSetting(field func(*Config) *bool) setter {
+	return func(c *Config, raw string) (string, error) {
+		switch strings.ToLower(raw) {
+		case "":
+			return "empty value, using the default " + strconv.FormatBool(*field(c)), nil
+		case "true", "yes", "on", "1":
+			*field(c) = true
+		case "false", "no", "off", "0":
+			*field(c) = false
+		default:
+			return "", fmt.Errorf("%q is not true or false", raw)
+		}
 		return "", nil
 	}
 }

@@ -78,6 +78,26 @@ func (c Config) Validate() error {
 	if c.DeadTTL < time.Second {
 		add("dead_ttl = %s: must be at least 1", seconds(c.DeadTTL))
 	}
+	if p := checkAuthToken(c.AuthToken); p != "" {
+		// The value itself is never shown: it is a secret.
+		add("auth_token (or %s): %s", AuthTokenEnv, p)
+	}
+	if c.MetricsAuth && c.AuthToken == "" {
+		add("metrics_auth = true needs auth_token (or %s): there is no token to require", AuthTokenEnv)
+	}
+	if c.MetricsTopicLabels < 1 {
+		add("metrics_topic_labels = %d: must be at least 1", c.MetricsTopicLabels)
+	}
+	if c.MaxHeldPops < 1 {
+		add("max_held_pops = %d: must be at least 1", c.MaxHeldPops)
+	}
+	if c.DebugAddr != "" {
+		if p := checkAddress(c.DebugAddr, 0); p != "" {
+			add("debug_addr = %q: %s, or empty to turn it off", c.DebugAddr, p)
+		} else if c.DebugAddr == c.BindAddress {
+			add("debug_addr = %q: must differ from bind_address", c.DebugAddr)
+		}
+	}
 	if c.LogFormat != LogFormatText && c.LogFormat != LogFormatJSON {
 		add("log_format = %q: must be %s or %s", c.LogFormat, LogFormatText, LogFormatJSON)
 	}
@@ -107,6 +127,29 @@ func (c Config) Validate() error {
 		return nil
 	}
 	return errors.New("invalid configuration: " + strings.Join(problems, "; "))
+}
+
+// MinAuthTokenBytes is the shortest auth_token accepted: a short token can
+// be guessed.
+const MinAuthTokenBytes = 16
+
+// checkAuthToken describes what is wrong with an auth token, or returns "".
+// An empty token turns auth off. The token goes in an HTTP header as
+// "Bearer <token>", so it must be visible ASCII without spaces.
+func checkAuthToken(token string) string {
+	if token == "" {
+		return ""
+	}
+	for i := 0; i < len(token); i++ {
+		if token[i] <= ' ' || token[i] > '~' {
+			return "must be printable ASCII without spaces or control characters (it is sent in the Authorization header)"
+		}
+	}
+	if len(token) < MinAuthTokenBytes {
+		return fmt.Sprintf("must be at least %d characters, got %d (use a random string, e.g. openssl rand -hex 32)",
+			MinAuthTokenBytes, len(token))
+	}
+	return ""
 }
 
 // checkAddress describes what is wrong with a host:port address, or returns
