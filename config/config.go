@@ -99,7 +99,33 @@ type Redis struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds sending a command (redis.write_timeout, ms).
 	WriteTimeout time.Duration
+	// Username is the ACL user sent with Password (redis.username); empty
+	// means the default user.
+	Username string
+	// TLS encrypts the connections to Redis and to the sentinels
+	// (redis.tls).
+	TLS bool
+	// TLSCAFile is a PEM file of the CAs trusted to sign the server's
+	// certificate; empty means the system's roots (redis.tls_ca_file).
+	TLSCAFile string
+	// TLSServerName is the name the server's certificate must carry; empty
+	// means the host dialed (redis.tls_server_name).
+	TLSServerName string
+	// SentinelAddrs lists the sentinels (host:port) asked for the primary;
+	// when set, Host is ignored (redis.sentinel_addrs, comma-separated).
+	SentinelAddrs []string
+	// MasterName is the name the sentinels monitor the primary under
+	// (redis.master_name).
+	MasterName string
+	// WaitReplicas, when above 0, makes every acknowledged change wait
+	// until that many replicas have it (redis.wait_replicas).
+	WaitReplicas int
+	// WaitTimeout bounds that wait (redis.wait_timeout_ms).
+	WaitTimeout time.Duration
 }
+
+// Sentinel reports whether the primary is found through Redis Sentinel.
+func (r Redis) Sentinel() bool { return len(r.SentinelAddrs) > 0 }
 
 // Embedded reports whether redis.host asks for an in-process miniredis.
 func (r Redis) Embedded() bool { return r.Host == EmbeddedHost }
@@ -137,6 +163,8 @@ func Default() Config {
 			ConnectTimeout: 5000 * time.Millisecond,
 			ReadTimeout:    180000 * time.Millisecond,
 			WriteTimeout:   3000 * time.Millisecond,
+			WaitReplicas:   0,
+			WaitTimeout:    1000 * time.Millisecond,
 		},
 	}
 }

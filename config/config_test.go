@@ -39,6 +39,7 @@ func TestDefaultMatchesTheOriginal(t *testing.T) {
 			ConnectTimeout: 5 * time.Second,
 			ReadTimeout:    180 * time.Second,
 			WriteTimeout:   3 * time.Second,
+			WaitTimeout:    time.Second,
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -137,6 +138,7 @@ redis.write_timeout = 1500
 				c.Redis = Redis{
 					Host: "10.0.0.1:6380", DB: 4, Password: "secret", MaxIdle: 3, MaxActive: 20,
 					ConnectTimeout: 250 * time.Millisecond, ReadTimeout: 31 * time.Second, WriteTimeout: 1500 * time.Millisecond,
+					WaitTimeout: time.Second,
 				}
 			},
 		},
@@ -540,4 +542,154 @@ func TestShippedConfDocumentsEveryKey(t *testing.T) {
 // lastLine returns the last line of s.
 func lastLine(s string) string {
 	return s[strings.LastIndex(s, "\n")+1:]
+}
+
+func TestRedisConnectivitySettings(t *testing.T) {
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		ini          string
+		change       func(*Config)
+		wantWarnings []string
+	}{
+		{
+			name: "acl user and tls",
+			ini: "redis.username = dq\nredis.password = s3cret\nredis.tls = true\n" +
+				"redis.tls_ca_file = " + caFile + "\nredis.tls_server_name = redis.internal\n",
+			change: func(c *Config) {
+				c.Redis.Username, c.Redis.Password = "dq", "s3cret"
+				c.Redis.TLS, c.Redis.TLSCAFile, c.Redis.TLSServerName = true, caFile, "redis.internal"
+			},
+		},
+		{
+			name:   "tls with the system roots",
+			ini:    "redis.tls = yes",
+			change: func(c *Config) { c.Redis.TLS = true },
+		},
+		{
+			name: "sentinel in the redis section, spaces around items",
+			ini:  "[redis]\nsentinel_addrs = 10.0.0.1:26379 , 10.0.0.2:26379,[::1]:26379\nmaster_name = mymaster\n",
+			change: func(c *Config) {
+				c.Redis.SentinelAddrs = []string{"10.0.0.1:26379", "10.0.0.2:26379", "[::1]:26379"}
+				c.Redis.MasterName = "mymaster"
+			},
+		},
+		{
+			name: "sentinel makes redis.host unused",
+			ini:  "redis.host = 10.0.0.9:6379\nredis.sentinel_addrs = 10.0.0.1:26379\nredis.master_name = m\n",
+			change: func(c *Config) {
+				c.Redis.Host = "10.0.0.9:6379"
+				c.Redis.SentinelAddrs = []string{"10.0.0.1:26379"}
+				c.Redis.MasterName = "m"
+			},
+			wantWarnings: []string{"redis.host is ignored: the primary is the one redis.sentinel_addrs name"},
+		},
+		{
+			name: "sentinel with an empty host",
+			ini:  "redis.host =\nredis.sentinel_addrs = 10.0.0.1:26379\nredis.master_name = m\n",
+			change: func(c *Config) {
+				c.Redis.Host = ""
+				c.Redis.SentinelAddrs = []string{"10.0.0.1:26379"}
+				c.Redis.MasterName = "m"
+			},
+			wantWarnings: []string{"redis.host is ignored: the primary is the one redis.sentinel_addrs name"},
+		},
+		{
+			name:   "empty sentinel list",
+			ini:    "redis.sentinel_addrs =\nredis.master_name =\n",
+			change: func(*Config) {},
+		},
+		{
+			name: "wait for replicas",
+			ini:  "redis.wait_replicas = 2\nredis.wait_timeout_ms = 250\n",
+			change: func(c *Config) {
+				c.Redis.WaitReplicas = 2
+				c.Redis.WaitTimeout = 250 * time.Millisecond
+			},
+		},
+		{
+			name:   "wait timeout unused without replicas",
+			ini:    "redis.wait_timeout_ms = 0",
+			change: func(c *Config) { c.Redis.WaitTimeout = 0 },
+		},
+		{
+			name:         "empty bool keeps its default",
+			ini:          "redis.tls =",
+			change:       func(*Config) {},
+			wantWarnings: []string{"redis.tls: empty value, using the default false"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, warnings, err := Parse([]byte(tt.ini))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			want := Default()
+			tt.change(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+			}
+			if !reflect.DeepEqual(warnings, tt.wantWarnings) {
+				t.Errorf("warnings = %q, want %q", warnings, tt.wantWarnings)
+			}
+		})
+	}
+}
+
+func TestRedisConnectivityErrors(t *testing.T) {
+	dir := t.TempDir()
+	missingCA := filepath.Join(dir, "missing.pem")
+	tests := []struct {
+		name string
+		ini  string
+		want []string // substrings of the error
+	}{
+		{"username without password", "redis.username = dq", []string{"redis.username", "redis.password"}},
+		{"bad bool", "redis.tls = maybe", []string{"redis.tls", `"maybe" is not true or false`}},
+		{"ca file without tls", "redis.tls_ca_file = " + dir, []string{"redis.tls_ca_file", "redis.tls is false"}},
+		{"server name without tls", "redis.tls_server_name = r", []string{"redis.tls_server_name", "redis.tls is false"}},
+		{"unreadable ca file", "redis.tls = true\nredis.tls_ca_file = " + missingCA, []string{"redis.tls_ca_file", missingCA}},
+		{"directory as ca file", "redis.tls = true\nredis.tls_ca_file = " + dir, []string{"redis.tls_ca_file", "directory"}},
+		{"sentinels without master name", "redis.sentinel_addrs = 10.0.0.1:26379", []string{"redis.master_name must name"}},
+		{"master name without sentinels", "redis.master_name = m", []string{"redis.master_name", "needs redis.sentinel_addrs"}},
+		{"sentinel without port", "redis.sentinel_addrs = 10.0.0.1\nredis.master_name = m", []string{"redis.sentinel_addrs", `"10.0.0.1"`, "host:port"}},
+		{"sentinel port zero", "redis.sentinel_addrs = 10.0.0.1:0\nredis.master_name = m", []string{"redis.sentinel_addrs", "port"}},
+		{"empty sentinel item", "redis.sentinel_addrs = 10.0.0.1:26379,,10.0.0.2:26379\nredis.master_name = m", []string{"redis.sentinel_addrs", "empty item"}},
+		{"negative wait replicas", "redis.wait_replicas = -1", []string{"redis.wait_replicas = -1"}},
+		{"wait replicas not a number", "redis.wait_replicas = all", []string{"redis.wait_replicas", `"all"`}},
+		{"zero wait timeout with replicas", "redis.wait_replicas = 1\nredis.wait_timeout_ms = 0", []string{"redis.wait_timeout_ms = 0", "at least 1"}},
+		{"negative wait timeout", "redis.wait_timeout_ms = -5", []string{"redis.wait_timeout_ms = -5"}},
+		{"wait timeout above read timeout", "redis.wait_replicas = 1\nredis.wait_timeout_ms = 180000",
+			[]string{"redis.wait_timeout_ms = 180000", "redis.read_timeout = 180000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _, err := Parse([]byte(tt.ini))
+			if err == nil {
+				t.Fatalf("Parse succeeded with %+v, want an error containing %q", cfg.Redis, tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// -embedded sets redis.host after the file is read; the settings meant for
+// a remote Redis must not stop it.
+func TestEmbeddedIgnoresRemoteSettings(t *testing.T) {
+	cfg := Default()
+	cfg.Redis.SentinelAddrs = []string{"10.0.0.1:26379"}
+	cfg.Redis.MasterName = "m"
+	cfg.Redis.TLS = true
+	cfg.Redis.Host = EmbeddedHost
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want nil", err)
+	}
 }

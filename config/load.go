@@ -77,6 +77,9 @@ func Parse(data []byte) (Config, []string, error) {
 			}
 		}
 	}
+	if _, hostGiven := writtenAs["redis.host"]; hostGiven && cfg.Redis.Sentinel() && !cfg.Redis.Embedded() {
+		warnings = append(warnings, "redis.host is ignored: the primary is the one redis.sentinel_addrs name")
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, warnings, err
 	}
@@ -118,6 +121,14 @@ func settingSetters() map[string]setter {
 		"redis.connect_timeout": durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.ConnectTimeout }),
 		"redis.read_timeout":    durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.ReadTimeout }),
 		"redis.write_timeout":   durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.WriteTimeout }),
+		"redis.username":        stringSetting(func(c *Config) *string { return &c.Redis.Username }),
+		"redis.tls":             boolSetting(func(c *Config) *bool { return &c.Redis.TLS }),
+		"redis.tls_ca_file":     stringSetting(func(c *Config) *string { return &c.Redis.TLSCAFile }),
+		"redis.tls_server_name": stringSetting(func(c *Config) *string { return &c.Redis.TLSServerName }),
+		"redis.sentinel_addrs":  listSetting(func(c *Config) *[]string { return &c.Redis.SentinelAddrs }),
+		"redis.master_name":     stringSetting(func(c *Config) *string { return &c.Redis.MasterName }),
+		"redis.wait_replicas":   intSetting(func(c *Config) *int { return &c.Redis.WaitReplicas }),
+		"redis.wait_timeout_ms": durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.WaitTimeout }),
 	}
 }
 
@@ -190,6 +201,25 @@ func durationSetting(unit time.Duration, field func(*Config) *time.Duration) set
 			return "", fmt.Errorf("%q is out of range", raw)
 		}
 		*field(c) = time.Duration(n) * unit
+		return "", nil
+	}
+}
+
+// listSetting reads a comma-separated list; spaces around items are
+// dropped, and an empty value is an empty list.
+func listSetting(field func(*Config) *[]string) setter {
+	return func(c *Config, raw string) (string, error) {
+		var items []string
+		if raw != "" {
+			for _, item := range strings.Split(raw, ",") {
+				item = strings.TrimSpace(item)
+				if item == "" {
+					return "", fmt.Errorf("%q has an empty item", raw)
+				}
+				items = append(items, item)
+			}
+		}
+		*field(c) = items
 		return "", nil
 	}
 }

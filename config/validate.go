@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -102,7 +103,9 @@ func (c Config) Validate() error {
 		add("log_format = %q: must be %s or %s", c.LogFormat, LogFormatText, LogFormatJSON)
 	}
 
-	if !c.Redis.Embedded() {
+	// With Sentinel, redis.host is not used (unless it asks for the
+	// embedded Redis, which ignores every setting for a remote one).
+	if !c.Redis.Embedded() && !c.Redis.Sentinel() {
 		if p := checkAddress(c.Redis.Host, 1); p != "" {
 			add("redis.host = %q: %s, or %s", c.Redis.Host, p, EmbeddedHost)
 		}
@@ -122,11 +125,56 @@ func (c Config) Validate() error {
 	if c.Redis.WriteTimeout < 0 {
 		add("redis.write_timeout = %s: must not be negative (0 means no timeout)", millis(c.Redis.WriteTimeout))
 	}
+	c.Redis.validateConnectivity(add)
 
 	if len(problems) == 0 {
 		return nil
 	}
 	return errors.New("invalid configuration: " + strings.Join(problems, "; "))
+}
+
+// validateConnectivity checks the ACL, TLS, Sentinel and WAIT settings.
+func (r Redis) validateConnectivity(add func(format string, args ...any)) {
+	if r.Username != "" && r.Password == "" {
+		add("redis.username = %q: needs redis.password (an ACL user logs in with both)", r.Username)
+	}
+	if !r.TLS {
+		if r.TLSCAFile != "" {
+			add("redis.tls_ca_file is set but redis.tls is false: set redis.tls = true, or the connection is not encrypted")
+		}
+		if r.TLSServerName != "" {
+			add("redis.tls_server_name is set but redis.tls is false: set redis.tls = true, or the connection is not encrypted")
+		}
+	}
+	if r.TLSCAFile != "" {
+		if _, err := os.ReadFile(r.TLSCAFile); err != nil {
+			add("redis.tls_ca_file = %q: %v", r.TLSCAFile, err)
+		}
+	}
+	switch {
+	case r.Sentinel() && r.MasterName == "":
+		add("redis.sentinel_addrs is set: redis.master_name must name the primary the sentinels monitor")
+	case !r.Sentinel() && r.MasterName != "":
+		add("redis.master_name = %q: needs redis.sentinel_addrs, the sentinels to ask for that primary", r.MasterName)
+	}
+	for _, addr := range r.SentinelAddrs {
+		if p := checkAddress(addr, 1); p != "" {
+			add("redis.sentinel_addrs: %q: %s", addr, p)
+		}
+	}
+	if r.WaitReplicas < 0 {
+		add("redis.wait_replicas = %d: must not be negative (0 turns WAIT off)", r.WaitReplicas)
+	}
+	switch {
+	case r.WaitTimeout < 0:
+		add("redis.wait_timeout_ms = %s: must not be negative", millis(r.WaitTimeout))
+	case r.WaitReplicas > 0 && r.WaitTimeout < time.Millisecond:
+		// WAIT 0 would block until enough replicas answer, however long.
+		add("redis.wait_timeout_ms = %s: must be at least 1 when redis.wait_replicas is set", millis(r.WaitTimeout))
+	case r.WaitReplicas > 0 && r.ReadTimeout > 0 && r.WaitTimeout >= r.ReadTimeout:
+		add("redis.wait_timeout_ms = %s: must be below redis.read_timeout = %s, or a WAIT hits the read timeout",
+			millis(r.WaitTimeout), millis(r.ReadTimeout))
+	}
 }
 
 // MinAuthTokenBytes is the shortest auth_token accepted: a short token can
