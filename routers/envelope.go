@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -24,6 +25,8 @@ const (
 	msgRedisUnavailable = "redis unavailable, try again"
 	msgShuttingDown     = "server is shutting down, try again"
 	msgRequestCanceled  = "request canceled"
+	msgTooManyHeldPops  = "too many held pops on this server (max_held_pops = %d), try again or another server"
+	msgNotReplicated    = "not confirmed by enough redis replicas (wait_replicas), try again"
 )
 
 // Answers to the engine's refusals of a state change.
@@ -51,6 +54,9 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 	}
 	rec.written = true
 	rec.status, rec.code = status, code
+	if code != codeSuccess {
+		rec.message = message
+	}
 
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -111,6 +117,15 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		attrs = append(attrs, slog.String(logKeyJobID, rec.jobID))
 	}
 	switch {
+	case errors.Is(err, delayqueue.ErrTooManyWaiters):
+		// Not logged beyond the request line: under overload this happens
+		// per request; the held-pops metric shows it.
+		fail(w, r, fmt.Sprintf(msgTooManyHeldPops, h.opts.MaxHeldPops))
+	case errors.Is(err, delayqueue.ErrNotReplicated):
+		// Redis made the change but could not confirm its copy: the client
+		// retries, which at-least-once tolerates.
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "change not replicated in time", attrs...)
+		fail(w, r, msgNotReplicated)
 	case errors.Is(err, delayqueue.ErrUnavailable):
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", attrs...)
 		fail(w, r, msgRedisUnavailable)

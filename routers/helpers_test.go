@@ -175,6 +175,11 @@ func (f *fakeQueue) Topics(ctx context.Context) ([]string, error) {
 	return f.topicNames, f.errOf("topics")
 }
 
+func (f *fakeQueue) Ready(ctx context.Context) error {
+	f.record(queueCall{op: "ready"})
+	return f.errOf("ready")
+}
+
 // testLogWriter routes log lines to t.Log.
 type testLogWriter struct{ t testing.TB }
 
@@ -230,7 +235,8 @@ func parseEnvelope(status int, header http.Header, body []byte) (response, strin
 		return resp, "Content-Type is " + ct
 	}
 	switch status {
-	case http.StatusOK, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
+	case http.StatusOK, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed,
+		http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
 	default:
 		return resp, "unexpected status " + http.StatusText(status)
 	}

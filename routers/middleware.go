@@ -16,10 +16,15 @@ import (
 // one in the request context; handlers fill in the job they worked on and
 // writeEnvelope the outcome.
 type requestRecord struct {
+	// endpoint is the route's path, set once the mux picked a route.
+	endpoint string
+	// quiet requests log their successes at debug (see route.quiet).
+	quiet   bool
 	topic   string
 	jobID   string
 	status  int
 	code    int
+	message string // of a failure, for the log line
 	written bool
 }
 
@@ -45,25 +50,43 @@ func noteJob(r *http.Request, topic, id string) {
 	}
 }
 
-// logRequests writes one line per request. Successes log at debug so that a
-// busy server stays quiet at info; failures (code 1) log at info. Job bodies
-// are never logged.
+// logRequests writes one line per request at info: method, path, status,
+// code, duration, and the topic and job id when the request named them.
+// Probes and scrapes log their successes at debug, so that a load balancer
+// polling /readyz does not drown the rest. Job bodies and the Authorization
+// header are never logged. It also reports every request to
+// Options.ObserveRequest.
 func (h *handler) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &requestRecord{}
 		r = r.WithContext(context.WithValue(r.Context(), requestRecordKey{}, rec))
 		defer func() {
-			level := slog.LevelDebug
-			if rec.code != 0 || rec.status != http.StatusOK {
-				level = slog.LevelInfo
+			elapsed := time.Since(start)
+			if rec.status == 0 {
+				// Nothing was written: net/http answers 200 with no body.
+				rec.status = http.StatusOK
+			}
+			endpoint := rec.endpoint
+			if endpoint == "" {
+				endpoint = h.endpointOf(r.URL.Path)
+			}
+			if h.opts.ObserveRequest != nil {
+				h.opts.ObserveRequest(endpoint, rec.code, elapsed)
+			}
+			level := slog.LevelInfo
+			if rec.quiet && rec.code == codeSuccess && rec.status == http.StatusOK {
+				level = slog.LevelDebug
+			}
+			if !h.logger.Enabled(r.Context(), level) {
+				return
 			}
 			attrs := []slog.Attr{
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
 				slog.Int("status", rec.status),
 				slog.Int("code", rec.code),
-				slog.Duration("duration", time.Since(start)),
+				slog.Duration("duration", elapsed),
 			}
 			if rec.topic != "" {
 				attrs = append(attrs, slog.String(logKeyTopic, rec.topic))
@@ -71,10 +94,23 @@ func (h *handler) logRequests(next http.Handler) http.Handler {
 			if rec.jobID != "" {
 				attrs = append(attrs, slog.String(logKeyJobID, rec.jobID))
 			}
+			if rec.message != "" {
+				attrs = append(attrs, slog.String("message", rec.message))
+			}
 			h.logger.LogAttrs(r.Context(), level, "http request", attrs...)
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// endpointOf is the endpoint label of a path: itself when it is routed,
+// else "unknown", so that scanners probing random paths cannot grow the
+// metrics without bound.
+func (h *handler) endpointOf(path string) string {
+	if _, ok := h.methodOf[path]; ok {
+		return path
+	}
+	return unknownEndpoint
 }
 
 // recoverPanics turns a panic in a handler into a logged error and a code 1
@@ -143,7 +179,11 @@ func withoutDefaultPort(scheme, host string) string {
 func (h *handler) rejectUnroutable(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
-			h.methodNotAllowed(w, r)
+			if _, ok := h.methodOf[r.URL.Path]; ok {
+				h.methodNotAllowed(w, r)
+			} else {
+				h.notFound(w, r)
+			}
 			return
 		}
 		if !isCleanPath(r.URL.EscapedPath()) {
@@ -167,13 +207,20 @@ func isCleanPath(p string) bool {
 	return cleaned == p
 }
 
-// allowedMethods is the Allow header of every 405: all endpoints are POST.
-const allowedMethods = http.MethodPost
-
+// methodNotAllowed answers a routed path asked with another method. The
+// API takes POST with a JSON body; the GET endpoints (health, metrics,
+// pages) also take HEAD.
 func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", allowedMethods)
-	writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
-		fmt.Sprintf("method %s is not allowed on %s: use POST with a JSON body", r.Method, r.URL.Path), nil)
+	switch h.methodOf[r.URL.Path] {
+	case http.MethodGet:
+		w.Header().Set("Allow", "GET, HEAD")
+		writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
+			fmt.Sprintf("method %s is not allowed on %s: use GET", r.Method, r.URL.Path), nil)
+	default:
+		w.Header().Set("Allow", http.MethodPost)
+		writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
+			fmt.Sprintf("method %s is not allowed on %s: use POST with a JSON body", r.Method, r.URL.Path), nil)
+	}
 }
 
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {

@@ -1,9 +1,11 @@
 // Package routers owns the HTTP layer of the delay-queue server: the five
 // POST endpoints of ouqiang/delay-queue (/push, /pop, /finish, /delete, /get),
 // the job lifecycle's (/release, /touch, /dead/list, /dead/kick,
-// /dead/delete, /stats, /topics), request decoding and validation, the {"code","message","data"} envelope
-// and the mapping of every outcome to an HTTP status. It knows nothing of
-// Redis: it talks to the engine through the Queue interface.
+// /dead/delete, /stats, /topics), the operational GET endpoints (/healthz,
+// /readyz, /metrics), bearer-token auth, request decoding and validation,
+// the {"code","message","data"} envelope and the mapping of every outcome
+// to an HTTP status. It knows nothing of Redis: it talks to the engine
+// through the Queue interface.
 package routers
 
 import (
@@ -38,6 +40,10 @@ type Queue interface {
 
 	Stats(ctx context.Context, topic string) (map[string]delayqueue.TopicStats, error)
 	Topics(ctx context.Context) ([]string, error)
+
+	// Ready reports whether the engine can serve: Redis answers and holds
+	// its scripts.
+	Ready(ctx context.Context) error
 }
 
 // Defaults used for the zero values of Options.
@@ -45,10 +51,12 @@ const (
 	DefaultMaxBodyBytes    int64         = 16 << 20 // max_body_bytes: batches fit
 	DefaultMaxJobBodyBytes int           = 1 << 20  // max_job_body_bytes
 	DefaultBlockTimeout    time.Duration = 178 * time.Second
+	DefaultMaxHeldPops     int           = 20000 // max_held_pops, the engine's default
+	DefaultReadyTimeout    time.Duration = 2 * time.Second
 )
 
-// Options are the HTTP layer's limits. A zero or negative value picks the
-// default.
+// Options are the HTTP layer's limits and hooks. A zero or negative limit
+// picks the default.
 type Options struct {
 	// MaxBodyBytes limits a request body; a larger one is answered 413.
 	MaxBodyBytes int64
@@ -57,6 +65,24 @@ type Options struct {
 	// BlockTimeout is queue_block_timeout: the default and the longest hold
 	// of a /pop, whose "timeout" may only shorten it.
 	BlockTimeout time.Duration
+	// MaxHeldPops is max_held_pops, named in the answer to a /pop the
+	// engine refused because it holds too many; the engine enforces it.
+	MaxHeldPops int
+	// ReadyTimeout bounds the check behind GET /readyz.
+	ReadyTimeout time.Duration
+
+	// AuthToken, when not empty, must be sent by every API request (every
+	// POST) as "Authorization: Bearer <token>"; others are answered 401.
+	AuthToken string
+	// Metrics, when not nil, serves GET /metrics. It is open unless
+	// MetricsAuth (which needs AuthToken).
+	Metrics     http.Handler
+	MetricsAuth bool
+	// ObserveRequest, when not nil, is called once per request when it is
+	// answered, with the route's path ("unknown" for a path that has no
+	// route, so the label values are bounded), the envelope code (1 for a
+	// non-envelope answer whose status is not 200) and the duration.
+	ObserveRequest func(endpoint string, code int, d time.Duration)
 }
 
 func (o Options) withDefaults() Options {
@@ -69,6 +95,12 @@ func (o Options) withDefaults() Options {
 	if o.BlockTimeout <= 0 {
 		o.BlockTimeout = DefaultBlockTimeout
 	}
+	if o.MaxHeldPops <= 0 {
+		o.MaxHeldPops = DefaultMaxHeldPops
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = DefaultReadyTimeout
+	}
 	return o
 }
 
@@ -79,53 +111,120 @@ const (
 	logKeyErr   = "err"
 )
 
+// unknownEndpoint is the endpoint label of a request to a path with no route.
+const unknownEndpoint = "unknown"
+
 // handler serves the endpoints. Its methods are the routes.
 type handler struct {
 	queue  Queue
 	opts   Options
 	logger *slog.Logger
-	// endpoints names the routes, for the answer to an unknown path.
+	// auth checks bearer tokens; nil when no token is configured.
+	auth *tokenChecker
+	// endpoints names the API routes, for the answer to an unknown path.
 	endpoints string
+	// methodOf maps every routed path to its method, for the endpoint
+	// label and the Allow header of requests answered before the mux
+	// (cross-origin, CONNECT).
+	methodOf map[string]string
+}
+
+// access says who may use a route.
+type access int
+
+const (
+	// accessToken routes need the bearer token when one is configured:
+	// every API endpoint.
+	accessToken access = iota
+	// accessOpen routes never need it: health checks, and static pages
+	// (such as a dashboard) that must load in a browser before it has the
+	// token; the API calls such pages make carry it.
+	accessOpen
+)
+
+// route is one endpoint: its method (POST for the API, GET for the rest,
+// which also answers HEAD), path, handler and access.
+type route struct {
+	method string
+	path   string
+	handle http.HandlerFunc
+	access access
+	// quiet routes (probes and scrapes, called every few seconds) log
+	// their successes at debug rather than info.
+	quiet bool
 }
 
 // New returns the server's HTTP handler. Every answer, including unknown
-// paths, wrong methods, oversized bodies and panics, is a JSON envelope.
+// paths, wrong methods, refused tokens, oversized bodies and panics, is a
+// JSON envelope; only /metrics answers in the Prometheus text format.
 func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{queue: q, opts: opts.withDefaults(), logger: logger}
-
-	mux := http.NewServeMux()
-	routes := []struct {
-		path   string
-		handle http.HandlerFunc
-	}{
-		{"/push", h.push},
-		{"/pop", h.pop},
-		{"/finish", h.finish},
-		{"/delete", h.delete},
-		{"/get", h.get},
-		{"/release", h.release},
-		{"/touch", h.touch},
-		{"/dead/list", h.deadList},
-		{"/dead/kick", h.deadKick},
-		{"/dead/delete", h.deadDelete},
-		{"/stats", h.stats},
-		{"/topics", h.topics},
+	h := &handler{queue: q, opts: opts.withDefaults(), logger: logger, methodOf: make(map[string]string)}
+	if h.opts.AuthToken != "" {
+		h.auth = newTokenChecker(h.opts.AuthToken)
 	}
-	paths := make([]string, len(routes))
-	for i, route := range routes {
-		paths[i] = route.path
-		mux.HandleFunc("POST "+route.path, route.handle)
-		// The method-less pattern is less specific, so it only catches the
-		// other methods; without it the mux would answer 405 in plain text.
-		mux.HandleFunc(route.path, h.methodNotAllowed)
+
+	api := []route{
+		{method: http.MethodPost, path: "/push", handle: h.push},
+		{method: http.MethodPost, path: "/pop", handle: h.pop},
+		{method: http.MethodPost, path: "/finish", handle: h.finish},
+		{method: http.MethodPost, path: "/delete", handle: h.delete},
+		{method: http.MethodPost, path: "/get", handle: h.get},
+		{method: http.MethodPost, path: "/release", handle: h.release},
+		{method: http.MethodPost, path: "/touch", handle: h.touch},
+		{method: http.MethodPost, path: "/dead/list", handle: h.deadList},
+		{method: http.MethodPost, path: "/dead/kick", handle: h.deadKick},
+		{method: http.MethodPost, path: "/dead/delete", handle: h.deadDelete},
+		{method: http.MethodPost, path: "/stats", handle: h.stats},
+		{method: http.MethodPost, path: "/topics", handle: h.topics},
+	}
+	paths := make([]string, len(api))
+	for i, rt := range api {
+		paths[i] = rt.path
 	}
 	h.endpoints = strings.Join(paths[:len(paths)-1], ", ") + " and " + paths[len(paths)-1]
+
+	routes := append(api,
+		route{method: http.MethodGet, path: "/healthz", handle: h.healthz, access: accessOpen, quiet: true},
+		route{method: http.MethodGet, path: "/readyz", handle: h.readyz, access: accessOpen, quiet: true},
+	)
+	if h.opts.Metrics != nil {
+		metricsAccess := accessOpen
+		if h.opts.MetricsAuth {
+			metricsAccess = accessToken
+		}
+		routes = append(routes, route{method: http.MethodGet, path: "/metrics", handle: h.metrics,
+			access: metricsAccess, quiet: true})
+	}
+
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		h.methodOf[rt.path] = rt.method
+		handle := rt.handle
+		if rt.access == accessToken && h.auth != nil {
+			handle = h.requireToken(handle)
+		}
+		mux.HandleFunc(rt.method+" "+rt.path, h.named(rt, handle))
+		// The method-less pattern is less specific, so it only catches the
+		// other methods; without it the mux would answer 405 in plain text.
+		mux.HandleFunc(rt.path, h.named(rt, h.methodNotAllowed))
+	}
 	mux.HandleFunc("/", h.notFound)
 
 	// The outer layers answer before the mux could write anything of its
 	// own (plain-text 404/405 or redirects).
 	return h.logRequests(h.recoverPanics(h.rejectCrossOrigin(h.rejectUnroutable(mux))))
+}
+
+// named records the route a request reached, for the request log and the
+// metrics.
+func (h *handler) named(rt route, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec := recordOf(r)
+		rec.endpoint = rt.path
+		rec.quiet = rt.quiet
+		next(w, r)
+	}
 }

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 )
@@ -268,8 +270,8 @@ func TestRequestLog(t *testing.T) {
 		t.Fatalf("%d log lines, want 3:\n%s", len(lines), logs.String())
 	}
 	wants := []string{
-		`"level":"DEBUG","msg":"http request","method":"POST","path":"/push","status":200,"code":0,`,
-		`"level":"DEBUG","msg":"http request","method":"POST","path":"/pop","status":200,"code":0,`,
+		`"level":"INFO","msg":"http request","method":"POST","path":"/push","status":200,"code":0,`,
+		`"level":"INFO","msg":"http request","method":"POST","path":"/pop","status":200,"code":0,`,
 		`"level":"INFO","msg":"http request","method":"POST","path":"/push","status":200,"code":1,`,
 	}
 	for i, want := range wants {
@@ -289,12 +291,13 @@ func TestRequestLog(t *testing.T) {
 
 func TestOptionsDefaults(t *testing.T) {
 	got := Options{}.withDefaults()
-	want := Options{MaxBodyBytes: 16 << 20, MaxJobBodyBytes: 1 << 20, BlockTimeout: DefaultBlockTimeout}
-	if got != want {
+	want := Options{MaxBodyBytes: 16 << 20, MaxJobBodyBytes: 1 << 20, BlockTimeout: DefaultBlockTimeout,
+		MaxHeldPops: 20000, ReadyTimeout: 2 * time.Second}
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}
-	kept := Options{MaxBodyBytes: 1, MaxJobBodyBytes: 2, BlockTimeout: 3}
-	if got := kept.withDefaults(); got != kept {
+	kept := Options{MaxBodyBytes: 1, MaxJobBodyBytes: 2, BlockTimeout: 3, MaxHeldPops: 4, ReadyTimeout: 5}
+	if got := kept.withDefaults(); !reflect.DeepEqual(got, kept) {
 		t.Fatalf("withDefaults changed %+v to %+v", kept, got)
 	}
 }
