@@ -89,14 +89,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *embedded {
 		cfg.Redis.Host = config.EmbeddedHost
-		if err := cfg.Validate(); err != nil {
-			return err
-		}
+	}
+	fromEnv := cfg.ApplyEnv(os.LookupEnv)
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 
 	logger := newLogger(stderr, cfg)
 	for _, w := range warnings {
 		logger.Warn("config file warning", "warning", w)
+	}
+	for _, name := range fromEnv {
+		// The name only: the value may be a secret.
+		logger.Info("setting taken from the environment", "variable", name)
 	}
 	return serve(ctx, cfg, logger)
 }

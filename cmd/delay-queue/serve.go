@@ -14,6 +14,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/config"
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/metrics"
 	"github.com/delay-queue/delay-queue/routers"
 )
 
@@ -25,12 +26,23 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	redisOpts := delayqueue.RedisOptions{
 		Addr:           cfg.Redis.Host,
 		DB:             cfg.Redis.DB,
+		Username:       cfg.Redis.Username,
 		Password:       cfg.Redis.Password,
+		TLS:            cfg.Redis.TLS,
+		SentinelAddrs:  cfg.Redis.SentinelAddrs,
+		MasterName:     cfg.Redis.MasterName,
 		MaxIdle:        cfg.Redis.MaxIdle,
 		MaxActive:      cfg.Redis.MaxActive,
 		ConnectTimeout: cfg.Redis.ConnectTimeout,
 		ReadTimeout:    cfg.Redis.ReadTimeout,
 		WriteTimeout:   cfg.Redis.WriteTimeout,
+	}
+	if cfg.Redis.TLS && !cfg.Redis.Embedded() {
+		tlsConfig, err := delayqueue.NewTLSConfig(cfg.Redis.TLSCAFile, cfg.Redis.TLSServerName)
+		if err != nil {
+			return fmt.Errorf("redis.tls_ca_file: %w", err)
+		}
+		redisOpts.TLSConfig = tlsConfig
 	}
 	if cfg.Redis.Embedded() {
 		mini := miniredis.NewMiniRedis()
@@ -41,8 +53,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		defer mini.Close()
 		redisOpts.Addr = mini.Addr()
 		// miniredis has no password unless told; the conf's is meant for
-		// the real server.
-		redisOpts.Password = ""
+		// the real server, like its ACL user, TLS and Sentinel settings.
+		redisOpts.Username, redisOpts.Password = "", ""
+		redisOpts.TLS = false
+		redisOpts.SentinelAddrs, redisOpts.MasterName = nil, ""
 		logger.Warn("embedded redis: jobs live in this process's memory only and are lost when it exits",
 			"redis_addr", redisOpts.Addr)
 	}
@@ -57,6 +71,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return fmt.Errorf("start-up check of redis.host %s: %w", redisOpts.Addr, err)
 	}
 
+	observer := metrics.New(metrics.Options{MaxTopicLabels: cfg.MetricsTopicLabels}, logger)
 	queue, err := delayqueue.New(pool, delayqueue.Options{
 		BucketSize:      cfg.BucketSize,
 		BucketName:      cfg.BucketName,
@@ -66,6 +81,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		DeadMaxPerTopic: cfg.DeadMaxPerTopic,
 		DeadTTL:         cfg.DeadTTL,
 		Dial:            redisOpts.Dial,
+		WaitReplicas:    cfg.Redis.WaitReplicas,
+		WaitTimeout:     cfg.Redis.WaitTimeout,
 	}, logger)
 	if err != nil {
 		return fmt.Errorf("create queue: %w", err)
@@ -82,9 +99,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on bind_address %s: %w", cfg.BindAddress, err)
 	}
-	if !isLoopback(listener.Addr()) {
+	if !isLoopback(listener.Addr()) && cfg.AuthToken == "" {
 		logger.Warn("bind_address is not a loopback address and the API has no authentication: "+
-			"anyone who can reach it can push, pop and delete jobs", "addr", listener.Addr().String())
+			"anyone who can reach it can push, pop and delete jobs; set auth_token", "addr", listener.Addr().String())
 	}
 
 	// The queue gets its own context: it must keep running while held pops
@@ -93,12 +110,27 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	defer stopQueue()
 	queueDone := make(chan error, 1)
 	go func() { queueDone <- queue.Run(queueCtx) }()
+	observer.WatchQueue(queueCtx, queue)
+	observer.WatchPool(pool)
+
+	if cfg.DebugAddr != "" {
+		stopDebug, err := serveDebug(cfg.DebugAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
 
 	server := &http.Server{
 		Handler: routers.New(queue, routers.Options{
 			MaxBodyBytes:    cfg.MaxBodyBytes,
 			MaxJobBodyBytes: int(cfg.MaxJobBodyBytes),
 			BlockTimeout:    cfg.QueueBlockTimeout,
+			MaxHeldPops:     cfg.MaxHeldPops,
+			AuthToken:       cfg.AuthToken,
+			Metrics:         observer.Handler(),
+			MetricsAuth:     cfg.MetricsAuth,
+			ObserveRequest:  observer.ObserveRequest,
 		}, logger),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -108,7 +140,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- server.Serve(listener) }()
-	logger.Info("listening", "addr", listener.Addr().String(), "redis_addr", redisOpts.Addr, "version", version)
+	logger.Info("listening", "addr", listener.Addr().String(), "redis_addr", redisOpts.Addr, "version", version,
+		"auth", cfg.AuthToken != "")
 
 	var failure error
 	select {
