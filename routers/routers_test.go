@@ -200,6 +200,12 @@ func TestQueueErrors(t *testing.T) {
 		{"dead", fmt.Errorf("finish x: %w", delayqueue.ErrDead), "job is dead-lettered"},
 		{"not reserved", fmt.Errorf("touch x: %w (it is ready)", delayqueue.ErrNotReserved), "job is not reserved"},
 		{"stale delivery", fmt.Errorf("touch x: %w", delayqueue.ErrStaleDelivery), "stale delivery: attempt 1 is not the job's current delivery"},
+		{"too many held pops", fmt.Errorf("pop: %w: this server already holds 20000 pops", delayqueue.ErrTooManyWaiters),
+			"too many held pops on this server (max_held_pops = 20000), try again or another server"},
+		{"not replicated", fmt.Errorf("push: %w: 0 of 1 replicas acknowledged within 1s", delayqueue.ErrNotReplicated),
+			"not confirmed by enough redis replicas (wait_replicas), try again"},
+		{"not replicated and unavailable", fmt.Errorf("%w: %w", delayqueue.ErrUnavailable, delayqueue.ErrNotReplicated),
+			"not confirmed by enough redis replicas (wait_replicas), try again"},
 	}
 	for _, req := range validRequests() {
 		for _, tc := range tests {
