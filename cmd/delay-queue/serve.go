@@ -99,7 +99,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on bind_address %s: %w", cfg.BindAddress, err)
 	}
-	if !isLoopback(listener.Addr()) && cfg.AuthToken == "" {
+	if exposedWithoutAuth(listener.Addr(), cfg.AuthToken) {
 		logger.Warn("bind_address is not a loopback address and the API has no authentication: "+
 			"anyone who can reach it can push, pop and delete jobs; set auth_token", "addr", listener.Addr().String())
 	}
@@ -202,6 +202,12 @@ func checkRedis(ctx context.Context, pool *redis.Pool, embedded bool) error {
 		return fmt.Errorf("ping: %w", err)
 	}
 	return nil
+}
+
+// exposedWithoutAuth reports whether the API listens beyond loopback with
+// no token: the case the start-up warning is for.
+func exposedWithoutAuth(addr net.Addr, authToken string) bool {
+	return !isLoopback(addr) && authToken == ""
 }
 
 // isLoopback reports whether a listener only accepts local connections.
