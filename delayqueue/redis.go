@@ -116,6 +116,13 @@ func NewPool(o RedisOptions) *redis.Pool {
 		maxActive = DefaultMaxActive
 	}
 	maxIdle := o.MaxIdle
+	if o.MaxActive <= 0 {
+		// The server chose the pool's size: keep all of it. Fewer idle
+		// connections than concurrent requests makes the pool close and
+		// redial connections under load (the original's max_idle = 10
+		// against 32 clients cost 15% of the server's CPU in dialing).
+		maxIdle = maxActive
+	}
 	if maxIdle > maxActive {
 		maxIdle = maxActive
 	}
