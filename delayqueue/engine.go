@@ -231,7 +231,7 @@ func (q *Queue) withConn(ctx context.Context, f func(redis.Conn) error) error {
 // now" (loading its data, a replica after a failover, a busy script) from
 // real errors.
 func transientRedisError(err redis.Error) bool {
-	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN"} {
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "TRYAGAIN", "CLUSTERDOWN"} {
 		if strings.HasPrefix(string(err), p) {
 			return true
 		}
