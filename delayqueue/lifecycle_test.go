@@ -248,3 +248,21 @@ func scanAll(t *testing.T, q *Queue) {
 		}
 	}
 }
+
+func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		for i, delay := range []time.Duration{90 * time.Second, 100 * time.Second, 5 * time.Minute, 2 * time.Hour} {
+			mustPush(t, q, Job{Topic: "u", ID: fmt.Sprint(i), Delay: delay})
+		}
+		_, counts, err := q.Upcoming(context.Background(), time.Minute, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]int64, 60)
+		want[1], want[4] = 2, 1
+		if fmt.Sprint(counts) != fmt.Sprint(want) {
+			t.Fatalf("counts = %v, want %v", counts, want)
+		}
+	})
+}

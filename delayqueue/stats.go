@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -107,4 +109,52 @@ func (q *Queue) Ready(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// MaxUpcomingSlots bounds the slots of one Upcoming call.
+const MaxUpcomingSlots = 1440
+
+// Upcoming counts the entries of every bucket due in each of n slots of step
+// from now (Redis' clock): delayed jobs by due time and reserved jobs by the
+// end of their lease. It costs n ZCOUNTs per bucket, pipelined, whatever the
+// number of jobs. It returns the start of the first slot.
+func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.Time, []int64, error) {
+	if n < 1 || n > MaxUpcomingSlots || step < time.Second {
+		return time.Time{}, nil, fmt.Errorf("upcoming: %w: 1 to %d slots of at least 1s are needed", ErrInvalidJob, MaxUpcomingSlots)
+	}
+	counts := make([]int64, n)
+	var start int64
+	err := q.withConn(ctx, func(c redis.Conn) error {
+		t, err := redis.Int64s(c.Do("TIME"))
+		if err != nil {
+			return err
+		}
+		start = t[0]*1000 + t[1]/1000
+		stepMs := step.Milliseconds()
+		for b := 1; b <= q.opts.BucketSize; b++ {
+			for i := 0; i < n; i++ {
+				lo := start + int64(i)*stepMs
+				if err := c.Send("ZCOUNT", q.keys.bucket(b), lo, "("+strconv.FormatInt(lo+stepMs, 10)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		for b := 1; b <= q.opts.BucketSize; b++ {
+			for i := 0; i < n; i++ {
+				v, err := redis.Int64(c.Receive())
+				if err != nil {
+					return err
+				}
+				counts[i] += v
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("upcoming: %w", err)
+	}
+	return time.UnixMilli(start), counts, nil
 }
