@@ -252,7 +252,7 @@ func scanAll(t *testing.T, q *Queue) {
 func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		q := newTestQueue(t, addr)
-		for i, delay := range []time.Duration{90 * time.Second, 100 * time.Second, 5 * time.Minute, 2 * time.Hour} {
+		for i, delay := range []time.Duration{90 * time.Second, 100 * time.Second, 270 * time.Second, 2 * time.Hour} {
 			mustPush(t, q, Job{Topic: "u", ID: fmt.Sprint(i), Delay: delay})
 		}
 		_, counts, err := q.Upcoming(context.Background(), time.Minute, 60)
