@@ -80,6 +80,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		BlockTimeout:    cfg.QueueBlockTimeout,
 		DeadMaxPerTopic: cfg.DeadMaxPerTopic,
 		DeadTTL:         cfg.DeadTTL,
+		MaxHeldPops:     cfg.MaxHeldPops,
+		Observer:        observer,
 		Dial:            redisOpts.Dial,
 		WaitReplicas:    cfg.Redis.WaitReplicas,
 		WaitTimeout:     cfg.Redis.WaitTimeout,
