@@ -95,7 +95,7 @@ func (c Config) Validate() error {
 	if c.DebugAddr != "" {
 		if p := checkAddress(c.DebugAddr, 0); p != "" {
 			add("debug_addr = %q: %s, or empty to turn it off", c.DebugAddr, p)
-		} else if c.DebugAddr == c.BindAddress {
+		} else if c.DebugAddr == c.BindAddress && !strings.HasSuffix(c.DebugAddr, ":0") {
 			add("debug_addr = %q: must differ from bind_address", c.DebugAddr)
 		}
 	}

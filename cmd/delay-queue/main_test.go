@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,9 +343,11 @@ func TestRunServesAndShutsDown(t *testing.T) {
 				held <- heldAnswer{env, err}
 			}()
 			<-sent
-			// The listener accepts connections in order, so once a pop on a
-			// second connection is answered, the held one was accepted too:
-			// shutdown will answer it rather than refuse it.
+			// Once the engine holds the pop, its request is being served:
+			// shutdown must answer it rather than drop its connection.
+			if err := waitForMetric(addr, "delayqueue_held_pops 1", 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
 			if env := post(t, addr, "/pop", `{"topic":"other","timeout":0}`); env.Code != 0 || string(env.Data) != "null" {
 				t.Fatalf("pop with timeout 0: %+v", env)
 			}
@@ -392,6 +395,54 @@ type heldAnswer struct {
 	err error
 }
 
+// waitForMetric polls GET /metrics until a line of it is exactly line.
+func waitForMetric(addr, line string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		text, err := getText(addr, "/metrics", "")
+		if err == nil && slices.Contains(strings.Split(text, "\n"), line) {
+			return nil
+		}
+		last = fmt.Sprintf("%v %.300q", err, text)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no metric line %q within %s (last: %s)", line, within, last)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// getText sends a GET with an optional bearer token and returns the body;
+// a status other than 200 is an error.
+func getText(addr, path, token string) (string, error) {
+	status, body, err := request(addr, "GET", path, "", token)
+	if err != nil {
+		return "", err
+	}
+	if status != http.StatusOK {
+		return body, fmt.Errorf("GET %s: status %d", path, status)
+	}
+	return body, nil
+}
+
+// request sends one request with an optional bearer token.
+func request(addr, method, path, body, token string) (status int, answer string, err error) {
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw), err
+}
+
 func TestIsLoopback(t *testing.T) {
 	tests := []struct {
 		ip   string
@@ -408,6 +459,260 @@ func TestIsLoopback(t *testing.T) {
 		addr := &net.TCPAddr{IP: net.ParseIP(tt.ip), Port: 9277}
 		if got := isLoopback(addr); got != tt.want {
 			t.Errorf("isLoopback(%s) = %v, want %v", addr, got, tt.want)
+		}
+	}
+}
+
+// startRun runs the server with args in the background until the test ends
+// and returns its address and logs.
+func startRun(t *testing.T, args ...string) (addr string, logs *logSink) {
+	t.Helper()
+	logs = newLogSink(t)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, io.Discard, logs) }()
+	returned := false
+	t.Cleanup(func() {
+		stop()
+		if returned {
+			return
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("run did not return within 20s of shutdown")
+		}
+	})
+	addr, err := logs.waitFor(listeningText, 20*time.Second)
+	if err != nil {
+		stop()
+		returned = true
+		t.Fatalf("%v (run returned %v)", err, <-done)
+	}
+	return addr, logs
+}
+
+const (
+	confToken = "conf-token-0123456789abcdef"
+	envToken  = "env-token-0123456789abcdef"
+)
+
+// The operational settings, end to end through run: auth from the conf and
+// from the environment, metrics_auth, the probes and the metrics.
+func TestRunOperations(t *testing.T) {
+	type call struct {
+		method, path, body, token string
+		wantStatus                int
+		wantText                  []string // substrings of the answer
+	}
+	push := `{"topic":"mail","id":"j1","ttr":30,"body":"secret-body"}`
+	tests := []struct {
+		name    string
+		conf    []string
+		env     string // DQ_AUTH_TOKEN; "" leaves it unset
+		calls   []call
+		wantLog []string
+	}{
+		{
+			name: "no token: everything open",
+			calls: []call{
+				{"POST", "/push", push, "", 200, []string{`"code":0`}},
+				{"GET", "/healthz", "", "", 200, []string{`"code":0`}},
+				{"GET", "/readyz", "", "", 200, []string{`"message":"ready"`}},
+				{"GET", "/metrics", "", "", 200, []string{
+					`delayqueue_http_requests_total{endpoint="/push",result="ok"} 1`,
+					`delayqueue_jobs_total{event="pushed",topic="mail"} 1`,
+					`delayqueue_held_pops 0`,
+					`delayqueue_redis_pool_in_use`,
+				}},
+			},
+		},
+		{
+			name: "token in the conf",
+			conf: []string{"auth_token = " + confToken},
+			calls: []call{
+				{"POST", "/push", push, "", 401, []string{`"code":1`, "authorization required"}},
+				{"POST", "/push", push, envToken, 401, []string{`"code":1`, "invalid token"}},
+				{"POST", "/push", push, confToken, 200, []string{`"code":0`}},
+				{"POST", "/get", `{"id":"j1"}`, confToken, 200, []string{`"id":"j1"`}},
+				{"GET", "/healthz", "", "", 200, []string{`"code":0`}},
+				{"GET", "/readyz", "", "", 200, []string{`"code":0`}},
+				{"GET", "/metrics", "", "", 200, []string{
+					`delayqueue_http_requests_total{endpoint="/push",result="error"} 2`,
+					`delayqueue_http_requests_total{endpoint="/push",result="ok"} 1`,
+				}},
+			},
+		},
+		{
+			name: "the environment wins over the conf",
+			conf: []string{"auth_token = " + confToken},
+			env:  envToken,
+			calls: []call{
+				{"POST", "/push", push, confToken, 401, []string{"invalid token"}},
+				{"POST", "/push", push, envToken, 200, []string{`"code":0`}},
+			},
+			wantLog: []string{"variable=DQ_AUTH_TOKEN"},
+		},
+		{
+			name: "the environment alone",
+			env:  envToken,
+			calls: []call{
+				{"POST", "/stats", `{}`, "", 401, []string{"authorization required"}},
+				{"POST", "/stats", `{}`, envToken, 200, []string{`"code":0`}},
+			},
+		},
+		{
+			name: "metrics_auth",
+			conf: []string{"auth_token = " + confToken, "metrics_auth = true"},
+			calls: []call{
+				{"GET", "/metrics", "", "", 401, []string{"authorization required"}},
+				{"GET", "/metrics", "", confToken, 200, []string{`delayqueue_http_requests_total{endpoint="/metrics",result="error"} 1`}},
+				{"GET", "/healthz", "", "", 200, []string{`"code":0`}},
+			},
+		},
+		{
+			name: "max_held_pops",
+			conf: []string{"max_held_pops = 1"},
+			calls: []call{
+				// A pop held by another client is needed to reach the
+				// limit; here one pop with a short hold passes, which shows
+				// the limit is not below one.
+				{"POST", "/pop", `{"topic":"q","timeout":0}`, "", 200, []string{`"code":0`}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.env != "" {
+				t.Setenv("DQ_AUTH_TOKEN", tt.env)
+			}
+			conf := append([]string{"bind_address = 127.0.0.1:0"}, tt.conf...)
+			addr, logs := startRun(t, "-embedded", "-c", writeConf(t, conf...))
+			for _, c := range tt.calls {
+				status, answer, err := request(addr, c.method, c.path, c.body, c.token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if status != c.wantStatus {
+					t.Fatalf("%s %s (token %q): status %d %s, want %d", c.method, c.path, c.token, status, answer, c.wantStatus)
+				}
+				for _, w := range c.wantText {
+					if !strings.Contains(answer, w) {
+						t.Errorf("%s %s: answer does not contain %q:\n%s", c.method, c.path, w, answer)
+					}
+				}
+			}
+			logText := logs.String()
+			for _, w := range tt.wantLog {
+				if !strings.Contains(logText, w) {
+					t.Errorf("log does not contain %q", w)
+				}
+			}
+			for _, secret := range []string{confToken, envToken, "secret-body"} {
+				if strings.Contains(logText, secret) {
+					t.Errorf("log contains %q", secret)
+				}
+			}
+		})
+	}
+}
+
+// A bad token from the environment stops the start, naming the variable
+// but not the value.
+func TestRunRejectsBadEnvToken(t *testing.T) {
+	t.Setenv("DQ_AUTH_TOKEN", "tiny-env-secret")
+	_, _, err := runShort(t, "-embedded", "-c", writeConf(t, "bind_address = 127.0.0.1:0"))
+	if err == nil || !strings.Contains(err.Error(), "DQ_AUTH_TOKEN") || strings.Contains(err.Error(), "tiny-env-secret") {
+		t.Fatalf("run error = %v, want one naming DQ_AUTH_TOKEN without the value", err)
+	}
+}
+
+// /healthz stays 200 while Redis is down; /readyz follows Redis, and
+// recovers once it is back (scripts loaded again into the restarted
+// server).
+func TestRunProbesFollowRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	addr, _ := startRun(t, "-c", writeConf(t, "bind_address = 127.0.0.1:0", "redis.host = "+srv.Addr,
+		"redis.connect_timeout = 500"))
+	probe := func(path string) (int, string) {
+		t.Helper()
+		status, answer, err := request(addr, "GET", path, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status, answer
+	}
+	if status, answer := probe("/readyz"); status != 200 {
+		t.Fatalf("readyz with redis up: %d %s", status, answer)
+	}
+	srv.Stop()
+	if status, answer := probe("/readyz"); status != 503 || !strings.Contains(answer, `"code":1`) ||
+		!strings.Contains(answer, "not ready: redis unavailable") {
+		t.Fatalf("readyz with redis stopped: %d %s", status, answer)
+	}
+	if status, answer := probe("/healthz"); status != 200 {
+		t.Fatalf("healthz with redis stopped: %d %s", status, answer)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, answer := probe("/readyz")
+		if status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz after redis restarted: %d %s", status, answer)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+	}
+	// The scripts are back: a push works at once.
+	if env := post(t, addr, "/push", `{"topic":"t","id":"after-restart","ttr":5}`); env.Code != 0 {
+		t.Fatalf("push after restart: %+v", env)
+	}
+}
+
+// debug_addr serves pprof on its own listener, never on the API's.
+func TestRunDebugListener(t *testing.T) {
+	addr, logs := startRun(t, "-embedded", "-c", writeConf(t, "bind_address = 127.0.0.1:0", "debug_addr = 127.0.0.1:0"))
+	debugAddr, err := logs.waitFor(regexp.MustCompile(`msg="debug listener \(pprof\)" addr=(\S+)`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, err := getText(debugAddr, "/debug/pprof/cmdline", ""); err != nil || !strings.Contains(text, "delay-queue") {
+		t.Fatalf("GET /debug/pprof/cmdline on debug_addr: %v %q", err, text)
+	}
+	if text, err := getText(debugAddr, "/debug/pprof/", ""); err != nil || !strings.Contains(text, "goroutine") {
+		t.Fatalf("GET /debug/pprof/ on debug_addr: %v %.200q", err, text)
+	}
+	if status, _, err := request(addr, "GET", "/debug/pprof/", "", ""); err != nil || status != 404 {
+		t.Fatalf("GET /debug/pprof/ on bind_address: %d %v, want 404", status, err)
+	}
+	if strings.Contains(logs.String(), "debug_addr is not a loopback address") {
+		t.Error("a loopback debug_addr logged the warning")
+	}
+}
+
+func TestExposedWithoutAuth(t *testing.T) {
+	tests := []struct {
+		ip    string
+		token string
+		want  bool
+	}{
+		{"127.0.0.1", "", false},
+		{"::1", "", false},
+		{"0.0.0.0", "", true},
+		{"::", "", true},
+		{"192.168.1.10", "", true},
+		{"0.0.0.0", confToken, false},
+		{"127.0.0.1", confToken, false},
+	}
+	for _, tt := range tests {
+		addr := &net.TCPAddr{IP: net.ParseIP(tt.ip), Port: 9277}
+		if got := exposedWithoutAuth(addr, tt.token); got != tt.want {
+			t.Errorf("exposedWithoutAuth(%s, token %v) = %v, want %v", addr, tt.token != "", got, tt.want)
 		}
 	}
 }
