@@ -116,3 +116,15 @@ func (q *Queue) CallbackFailed(ctx context.Context, id string, attempt, status i
 // HookWakeKey is the list a webhook dispatcher blocks on (BLPOP) to learn
 // that callback jobs are ready.
 func (q *Queue) HookWakeKey() string { return q.keys.prefix + "wake_hooks" }
+
+// UnclaimCallback gives back a claimed webhook job that was not called (or
+// whose call shutdown cut): it is ready again at once for another
+// dispatcher, and the attempt is not counted. It reports whether the job was
+// still held by that attempt.
+func (q *Queue) UnclaimCallback(ctx context.Context, id string, attempt int) (bool, error) {
+	n, err := redis.Int(q.eval(ctx, q.scripts.unclaim, nil, id, attempt))
+	if err != nil {
+		return false, fmt.Errorf("unclaim callback %s: %w", id, err)
+	}
+	return n == 1, nil
+}

@@ -279,17 +279,17 @@ func (d *Dispatcher) report(ctx context.Context, job delayqueue.CallbackDelivery
 }
 
 // giveBack returns a claimed job that was not called, or whose call was cut
-// by shutdown, so that another dispatcher calls it at once. The engine
-// counts the attempt (see the package README section: shutdown).
+// by shutdown, so that another dispatcher calls it at once. The attempt is
+// not counted: the receiver did not fail it.
 func (d *Dispatcher) giveBack(ctx context.Context, job delayqueue.CallbackDelivery, why string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	now := time.Duration(0)
-	state, _, err := d.queue.Release(rctx, job.ID, &now, job.Attempts)
+	held, err := d.queue.UnclaimCallback(rctx, job.ID, job.Attempts)
 	switch {
+	case err == nil && held:
+		d.log.Info("callback job given back", "job_id", job.ID, "attempt", job.Attempts, "why", why)
 	case err == nil:
-		d.log.Info("callback job given back", "job_id", job.ID, "attempt", job.Attempts, "why", why, "next", state)
-	case isMovedOn(err):
+		// Finished, deleted, re-pushed or its lease ended meanwhile.
 	default:
 		d.log.Warn("could not give a callback job back; it will be called again after its lease",
 			"job_id", job.ID, "attempt", job.Attempts, "why", why, "err", err)

@@ -389,8 +389,8 @@ func TestShutdown(t *testing.T) {
 		}
 		for _, id := range []string{"x", "y"} {
 			info := mustGet(t, q, id)
-			if info == nil || info.State != delayqueue.StateReady || info.LastError != "" {
-				t.Errorf("%s after shutdown: %s, want ready at once and not recorded as the receiver's failure", id, describe(info))
+			if info == nil || info.State != delayqueue.StateReady || info.LastError != "" || info.Attempts != 0 {
+				t.Errorf("%s after shutdown: %s, want ready at once, the cut attempt not counted nor recorded as the receiver's failure", id, describe(info))
 			}
 		}
 		succeed.Do(func() { close(succeeding) })
