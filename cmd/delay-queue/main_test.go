@@ -573,16 +573,6 @@ func TestRunOperations(t *testing.T) {
 				{"GET", "/healthz", "", "", 200, []string{`"code":0`}},
 			},
 		},
-		{
-			name: "max_held_pops",
-			conf: []string{"max_held_pops = 1"},
-			calls: []call{
-				// A pop held by another client is needed to reach the
-				// limit; here one pop with a short hold passes, which shows
-				// the limit is not below one.
-				{"POST", "/pop", `{"topic":"q","timeout":0}`, "", 200, []string{`"code":0`}},
-			},
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -617,6 +607,43 @@ func TestRunOperations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Beyond max_held_pops a pop is refused at once with a message naming the
+// setting; the held one is unaffected.
+func TestRunMaxHeldPops(t *testing.T) {
+	addr, _ := startRun(t, "-embedded", "-c", writeConf(t, "bind_address = 127.0.0.1:0", "max_held_pops = 1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := make(chan heldAnswer, 1)
+	go func() {
+		env, err := postContext(ctx, addr, "/pop", `{"topic":"slow","timeout":30}`)
+		held <- heldAnswer{env, err}
+	}()
+	if err := waitForMetric(addr, "delayqueue_held_pops 1", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	env := post(t, addr, "/pop", `{"topic":"other","timeout":30}`)
+	want := "too many held pops on this server (max_held_pops = 1), try again or another server"
+	if env.Code != 1 || env.Message != want {
+		t.Fatalf("second pop: %+v, want code 1 %q", env, want)
+	}
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Errorf("the refusal took %s: it must not hold", elapsed)
+	}
+	// The held pop still gets a job pushed to its topic.
+	if env := post(t, addr, "/push", `{"topic":"slow","id":"late","ttr":5}`); env.Code != 0 {
+		t.Fatalf("push: %+v", env)
+	}
+	select {
+	case answer := <-held:
+		if answer.err != nil || answer.env.Code != 0 || !strings.Contains(string(answer.env.Data), `"id":"late"`) {
+			t.Fatalf("held pop: %+v %v", answer.env, answer.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held pop did not get the job")
 	}
 }
 
