@@ -50,6 +50,9 @@ const (
 	defaultDispatchers = 4
 	defaultMoveBatch   = 500
 	defaultMaxHeldPops = 20000
+	// coalescerSlots bounds the script calls of one kind in flight at once;
+	// calls arriving meanwhile share the next one.
+	coalescerSlots = 8
 	// Dead letters kept per topic, and for how long.
 	defaultDeadMaxPerTopic = 10000
 	defaultDeadTTL         = 7 * 24 * time.Hour
@@ -80,6 +83,11 @@ type Queue struct {
 	redisDown   atomic.Bool
 	held        atomic.Int64
 	obs         Observer
+
+	// Concurrent pushes, finishes and deletes share script calls.
+	pushes   *coalescer[pushCall, pushReply]
+	finishes *coalescer[[]any, []removal]
+	deletes  *coalescer[[]any, []removal]
 }
 
 // New builds a Queue. It does not touch Redis; Run starts the background
@@ -146,6 +154,10 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		stopWaiting: make(chan struct{}),
 		obs:         opts.Observer,
 	}
+	q.pushes = newCoalescer(coalescerSlots, MaxPushBatchJobs, func(c pushCall) int { return c.jobs }, q.execPushes)
+	idCount := func(ids []any) int { return len(ids) }
+	q.finishes = newCoalescer(coalescerSlots, MaxIDsPerCall, idCount, q.execRemovals(sc.finish))
+	q.deletes = newCoalescer(coalescerSlots, MaxIDsPerCall, idCount, q.execRemovals(sc.remove))
 	for i := 1; i <= opts.BucketSize; i++ {
 		q.scanners = append(q.scanners, newScanner(q, i))
 	}

@@ -30,7 +30,7 @@ func (q *Queue) Finish(ctx context.Context, id string) error {
 // FinishBatch finishes every id it can and returns the ids it left alone
 // because they are dead-lettered.
 func (q *Queue) FinishBatch(ctx context.Context, ids []string) (dead []string, err error) {
-	statuses, err := q.removeJobs(ctx, "finish", q.scripts.finish, ids, q.obs.JobsFinished)
+	statuses, err := q.removeJobs(ctx, "finish", q.finishes, ids, q.obs.JobsFinished)
 	if err != nil {
 		return nil, err
 	}
@@ -45,13 +45,13 @@ func (q *Queue) FinishBatch(ctx context.Context, ids []string) (dead []string, e
 // Delete removes a job in any state, dead letters included. An unknown id
 // is not an error.
 func (q *Queue) Delete(ctx context.Context, id string) error {
-	_, err := q.removeJobs(ctx, "delete", q.scripts.remove, []string{id}, q.obs.JobsDeleted)
+	_, err := q.removeJobs(ctx, "delete", q.deletes, []string{id}, q.obs.JobsDeleted)
 	return err
 }
 
 // DeleteBatch deletes ids and returns how many existed.
 func (q *Queue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
-	statuses, err := q.removeJobs(ctx, "delete", q.scripts.remove, ids, q.obs.JobsDeleted)
+	statuses, err := q.removeJobs(ctx, "delete", q.deletes, ids, q.obs.JobsDeleted)
 	n := 0
 	for _, s := range statuses {
 		n += int(s)
@@ -59,9 +59,9 @@ func (q *Queue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
 	return n, err
 }
 
-// removeJobs runs finish.lua or delete.lua on ids and returns each id's
-// status; observe counts the jobs removed per topic.
-func (q *Queue) removeJobs(ctx context.Context, op string, script *redis.Script, ids []string, observe func(string, int)) ([]int64, error) {
+// removeJobs runs finish.lua or delete.lua (through its coalescer) on ids
+// and returns each id's status; observe counts the jobs removed per topic.
+func (q *Queue) removeJobs(ctx context.Context, op string, remover *coalescer[[]any, []removal], ids []string, observe func(string, int)) ([]int64, error) {
 	if len(ids) == 0 || len(ids) > MaxIDsPerCall {
 		return nil, fmt.Errorf("%s: %w: 1 to %d ids are needed", op, ErrInvalidJob, MaxIDsPerCall)
 	}
@@ -72,22 +72,15 @@ func (q *Queue) removeJobs(ctx context.Context, op string, script *redis.Script,
 		}
 		args[i] = id
 	}
-	reply, err := redis.Values(q.evalAck(ctx, script, nil, args...))
+	reply, err := remover.do(ctx, args)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
 	}
 	statuses := make([]int64, 0, len(ids))
-	for rest := reply; len(rest) >= 2; rest = rest[2:] {
-		var (
-			status int64
-			topic  string
-		)
-		if _, err := redis.Scan(rest[:2], &status, &topic); err != nil {
-			return statuses, fmt.Errorf("%s %s: reply: %w", op, ids[0], err)
-		}
-		statuses = append(statuses, status)
-		if status == 1 {
-			observe(topic, 1)
+	for _, r := range reply {
+		statuses = append(statuses, r.status)
+		if r.status == 1 {
+			observe(r.topic, 1)
 		}
 	}
 	return statuses, nil
@@ -232,3 +225,38 @@ func atoi(s string) int64 {
 }
 
 func jsonUnmarshalString(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// removal is finish.lua's or delete.lua's outcome for one id.
+type removal struct {
+	status int64
+	topic  string
+}
+
+// execRemovals runs the ids of several Finish or Delete calls (each an
+// []any of ids) in one script call.
+func (q *Queue) execRemovals(script *redis.Script) func(context.Context, [][]any) ([][]removal, error) {
+	return func(ctx context.Context, calls [][]any) ([][]removal, error) {
+		var args []any
+		for _, c := range calls {
+			args = append(args, c...)
+		}
+		reply, err := redis.Values(q.evalAck(ctx, script, nil, args...))
+		if err != nil {
+			return nil, err
+		}
+		if len(reply) != 2*len(args) {
+			return nil, fmt.Errorf("reply of %d values for %d ids", len(reply), len(args))
+		}
+		out := make([][]removal, len(calls))
+		for i, c := range calls {
+			out[i] = make([]removal, len(c))
+			for j := range c {
+				if _, err := redis.Scan(reply[:2], &out[i][j].status, &out[i][j].topic); err != nil {
+					return nil, fmt.Errorf("reply: %w", err)
+				}
+				reply = reply[2:]
+			}
+		}
+		return out, nil
+	}
+}

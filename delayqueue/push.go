@@ -95,12 +95,11 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 		}
 		seen[job.ID] = i
 	}
-	args := make([]any, 0, 1+10*len(jobs))
-	args = append(args, len(jobs))
+	args := make([]any, 0, 10*len(jobs))
 	for _, job := range jobs {
 		ttr, retry, callback := job.TTR, job.Retry, ""
 		if job.Callback != nil {
-			ttr, retry = callbackLease(job.Callback), job.Retry
+			ttr = callbackLease(job.Callback)
 			if len(retry) == 0 && job.MaxAttempts == 0 {
 				retry = DefaultCallbackRetry
 			}
@@ -113,14 +112,14 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 		args = append(args, job.ID, job.Topic, job.Delay.Milliseconds(), int64(ttr/time.Second), job.Body,
 			q.keys.bucketNumber(job.ID), retryCSV(retry), job.MaxAttempts, boolArg(job.IfAbsent), callback)
 	}
-	reply, err := redis.Int64s(q.evalAck(ctx, q.scripts.push, nil, args...))
+	reply, err := q.pushes.do(ctx, pushCall{jobs: len(jobs), args: args})
 	if err != nil {
 		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, err)
 	}
-	now := reply[0]
+	now := reply.now
 	results := make([]PushResult, len(jobs))
 	for i, job := range jobs {
-		due, status := reply[1+2*i], reply[2+2*i]
+		due, status := reply.dueAndStatus[2*i], reply.dueAndStatus[2*i+1]
 		results[i] = PushResult{Status: PushStatus(status), DueAt: time.UnixMilli(due)}
 		if status != int64(PushExists) {
 			q.obs.JobsPushed(job.Topic, 1)
@@ -146,4 +145,43 @@ func boolArg(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// pushCall is one PushBatch's jobs, as push.lua arguments (10 per job).
+type pushCall struct {
+	jobs int
+	args []any
+}
+
+// pushReply is push.lua's reply for one pushCall.
+type pushReply struct {
+	now          int64
+	dueAndStatus []int64
+}
+
+// execPushes runs the jobs of several PushBatch calls in one push.lua call.
+func (q *Queue) execPushes(ctx context.Context, calls []pushCall) ([]pushReply, error) {
+	total := 0
+	for _, c := range calls {
+		total += c.jobs
+	}
+	args := make([]any, 0, 1+10*total)
+	args = append(args, total)
+	for _, c := range calls {
+		args = append(args, c.args...)
+	}
+	reply, err := redis.Int64s(q.evalAck(ctx, q.scripts.push, nil, args...))
+	if err != nil {
+		return nil, err
+	}
+	if len(reply) != 1+2*total {
+		return nil, fmt.Errorf("push: reply of %d values for %d jobs", len(reply), total)
+	}
+	out := make([]pushReply, len(calls))
+	rest := reply[1:]
+	for i, c := range calls {
+		out[i] = pushReply{now: reply[0], dueAndStatus: rest[:2*c.jobs]}
+		rest = rest[2*c.jobs:]
+	}
+	return out, nil
 }

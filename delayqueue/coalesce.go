@@ -1,0 +1,135 @@
+package delayqueue
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// coalescer runs the calls of many concurrent callers as few script calls:
+// a caller queues its call and, while fewer than `slots` executions are in
+// flight, becomes the leader that executes everything queued so far (up to
+// maxSize items). Under load, calls that arrive while a script runs share
+// the next one; alone, a call runs at once, with no added latency.
+//
+// Batching changes no guarantee: each call's items still go through one
+// atomic script, and several calls in one script behave as if run one after
+// the other.
+// coalescedCallTimeout bounds one batched script call, waiting for a pooled
+// connection included.
+const coalescedCallTimeout = 30 * time.Second
+
+type coalescer[T any, R any] struct {
+	slots   chan struct{}
+	maxSize int
+	size    func(T) int
+	// exec runs items in one script call and returns one result per item,
+	// or an error that every item of the batch gets.
+	exec func(ctx context.Context, items []T) ([]R, error)
+
+	mu      sync.Mutex
+	pending []*coalescedCall[T, R]
+}
+
+type coalescedCall[T any, R any] struct {
+	item T
+	res  R
+	err  error
+	done chan struct{}
+}
+
+func newCoalescer[T any, R any](slots, maxSize int, size func(T) int, exec func(context.Context, []T) ([]R, error)) *coalescer[T, R] {
+	return &coalescer[T, R]{slots: make(chan struct{}, slots), maxSize: maxSize, size: size, exec: exec}
+}
+
+// do runs item, alone or with others, and returns its result. ctx bounds
+// the wait for a slot; once its script runs, do waits for the outcome.
+func (c *coalescer[T, R]) do(ctx context.Context, item T) (R, error) {
+	call := &coalescedCall[T, R]{item: item, done: make(chan struct{})}
+	c.mu.Lock()
+	c.pending = append(c.pending, call)
+	c.mu.Unlock()
+	for {
+		select {
+		case <-call.done:
+			return call.res, call.err
+		case c.slots <- struct{}{}:
+			batch, mine := c.take(call)
+			if len(batch) > 0 {
+				c.run(ctx, batch)
+			}
+			<-c.slots
+			if !mine && len(batch) == 0 {
+				// Another leader took our call: its outcome comes on done.
+				<-call.done
+				return call.res, call.err
+			}
+		case <-ctx.Done():
+			if c.withdraw(call) {
+				var zero R
+				return zero, ctx.Err()
+			}
+			<-call.done // already running: its outcome is what happened
+			return call.res, call.err
+		}
+	}
+}
+
+// take removes up to maxSize items' worth of queued calls, oldest first,
+// and reports whether call is among them or still queued.
+func (c *coalescer[T, R]) take(call *coalescedCall[T, R]) ([]*coalescedCall[T, R], bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, size := 0, 0
+	for n < len(c.pending) {
+		s := c.size(c.pending[n].item)
+		if n > 0 && size+s > c.maxSize {
+			break
+		}
+		size += s
+		n++
+	}
+	batch := make([]*coalescedCall[T, R], n)
+	copy(batch, c.pending[:n])
+	c.pending = append(c.pending[:0], c.pending[n:]...)
+	mine := false
+	for _, b := range batch {
+		mine = mine || b == call
+	}
+	for _, p := range c.pending {
+		mine = mine || p == call
+	}
+	return batch, mine
+}
+
+// withdraw removes a call that has not started; false when it has.
+func (c *coalescer[T, R]) withdraw(call *coalescedCall[T, R]) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.pending {
+		if p == call {
+			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (c *coalescer[T, R]) run(ctx context.Context, batch []*coalescedCall[T, R]) {
+	items := make([]T, len(batch))
+	for i, b := range batch {
+		items[i] = b.item
+	}
+	// The leader's ctx must not cancel the others' calls.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), coalescedCallTimeout)
+	defer cancel()
+	results, err := c.exec(ctx, items)
+	for i, b := range batch {
+		if err != nil {
+			b.err = err
+		} else {
+			b.res = results[i]
+		}
+		close(b.done)
+	}
+}

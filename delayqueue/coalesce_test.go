@@ -1,0 +1,73 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
+	var execs, maxBatch atomic.Int64
+	release := make(chan struct{})
+	c := newCoalescer(1, 50, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
+		execs.Add(1)
+		if int64(len(items)) > maxBatch.Load() {
+			maxBatch.Store(int64(len(items)))
+		}
+		<-release
+		out := make([]int, len(items))
+		for i, v := range items {
+			out[i] = v * 2
+		}
+		return out, nil
+	})
+	const n = 120
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := c.do(context.Background(), i)
+			if err != nil || got != 2*i {
+				t.Errorf("do(%d) = %d, %v", i, got, err)
+			}
+		}()
+	}
+	// Let the calls queue behind the first execution, then let them all run.
+	waitFor(t, 5*time.Second, "calls queued", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending) >= n-1
+	})
+	close(release)
+	wg.Wait()
+	if execs.Load() >= n || maxBatch.Load() > 50 || maxBatch.Load() < 2 {
+		t.Fatalf("%d executions for %d calls, largest batch %d (cap 50)", execs.Load(), n, maxBatch.Load())
+	}
+}
+
+func TestCoalescerErrorsAndCancellation(t *testing.T) {
+	boom := errors.New("boom")
+	block := make(chan struct{})
+	c := newCoalescer(1, 10, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
+		if items[0] == 0 {
+			<-block
+		}
+		return nil, boom
+	})
+	first := make(chan error, 1)
+	go func() { _, err := c.do(context.Background(), 0); first <- err }()
+	waitFor(t, 5*time.Second, "first call running", func() bool { return len(c.slots) == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.do(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call cancelled while queued: %v, want context.Canceled", err)
+	}
+	close(block)
+	if err := <-first; !errors.Is(err, boom) {
+		t.Fatalf("first call: %v, want the batch's error", err)
+	}
+}
