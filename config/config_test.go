@@ -396,6 +396,13 @@ func TestValidateCatchesChangesAfterLoad(t *testing.T) {
 		{"sub-second block timeout", func(c *Config) { c.QueueBlockTimeout = 500 * time.Millisecond }, "queue_block_timeout = 0.5"},
 		{"read timeout just above block timeout", func(c *Config) { c.Redis.ReadTimeout = 178001 * time.Millisecond }, ""},
 		{"unknown log format", func(c *Config) { c.LogFormat = "" }, "log_format"},
+		{"debug and bind addresses both on port 0", func(c *Config) {
+			c.BindAddress, c.DebugAddr = "127.0.0.1:0", "127.0.0.1:0"
+		}, ""},
+		{"metrics_auth with the token from the environment", func(c *Config) {
+			c.MetricsAuth = true
+			c.ApplyEnv(func(string) (string, bool) { return "env-token-0123456789", true })
+		}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,14 +43,19 @@ func FuzzRequest(f *testing.F) {
 		`{"topic":"t","offset":3,"limit":10}`, `{"topic":"t","id":"x","count":2}`, `{"topic":"t","count":1000}`,
 		`{"topic":"t","all":true}`, `{"topic":"t","all":false}`, `{"topic":"t","id":"x"}`, `{"topic":null}`, `{}`,
 	}
-	for _, seed := range seeds {
+	// The Authorization header: mostly the right token, so that bodies get
+	// decoded, and a few near misses.
+	const token = "fuzz-token-0123456789"
+	auths := []string{"Bearer " + token, "Bearer " + token, "Bearer " + token, "",
+		"Bearer " + token + "x", "bearer  " + token + " ", "Basic " + token, token}
+	for i, seed := range seeds {
 		for endpoint := range len(fuzzPaths()) {
-			f.Add(uint8(endpoint), []byte(seed))
+			f.Add(uint8(endpoint), auths[(i+endpoint)%len(auths)], []byte(seed))
 		}
 	}
-	opts := Options{MaxBodyBytes: 512, MaxJobBodyBytes: 32, BlockTimeout: 10 * time.Second}
+	opts := Options{MaxBodyBytes: 512, MaxJobBodyBytes: 32, BlockTimeout: 10 * time.Second, AuthToken: token}
 
-	f.Fuzz(func(t *testing.T, endpoint uint8, body []byte) {
+	f.Fuzz(func(t *testing.T, endpoint uint8, auth string, body []byte) {
 		path := fuzzPaths()[int(endpoint)%len(fuzzPaths())]
 		delivery := &delayqueue.Delivery{ID: "1", Topic: "t", Body: "b", TTR: time.Second, Attempts: 1}
 		info := &delayqueue.JobInfo{ID: "1", Topic: "t", Body: "b", TTR: time.Second, State: delayqueue.StateReady}
@@ -68,7 +73,11 @@ func FuzzRequest(f *testing.F) {
 			topicNames: []string{"t"},
 		}
 		rec := httptest.NewRecorder()
-		New(q, opts, slog.New(slog.DiscardHandler)).ServeHTTP(rec, httptest.NewRequest("POST", path, bytes.NewReader(body)))
+		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		if auth != "" {
+			req.Header["Authorization"] = []string{auth} // as sent, even if not a valid header value
+		}
+		New(q, opts, slog.New(slog.DiscardHandler)).ServeHTTP(rec, req)
 
 		resp, problem := parseEnvelope(rec.Code, rec.Header(), rec.Body.Bytes())
 		if problem != "" {
@@ -78,6 +87,14 @@ func FuzzRequest(f *testing.F) {
 		switch {
 		case path == "/nope":
 			wantStatus = 404
+		case resp.status == 401:
+			// Refused: only a header without the exact token may be.
+			if strings.TrimSpace(auth) == "Bearer "+token {
+				t.Fatalf("%s: the right token (header %q) was refused", path, auth)
+			}
+			wantStatus = 401
+		case !strings.Contains(auth, token):
+			t.Fatalf("%s: header %q without the token was accepted: %s", path, auth, resp.raw)
 		case int64(len(body)) > opts.MaxBodyBytes:
 			wantStatus = 413
 		}
