@@ -179,8 +179,8 @@ func withoutDefaultPort(scheme, host string) string {
 func (h *handler) rejectUnroutable(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
-			if _, ok := h.methodOf[r.URL.Path]; ok {
-				h.methodNotAllowed(w, r)
+			if method, ok := h.methodOf[r.URL.Path]; ok {
+				h.methodNotAllowed(method)(w, r)
 			} else {
 				h.notFound(w, r)
 			}
@@ -207,16 +207,17 @@ func isCleanPath(p string) bool {
 	return cleaned == p
 }
 
-// methodNotAllowed answers a routed path asked with another method. The
-// API takes POST with a JSON body; the GET endpoints (health, metrics,
-// pages) also take HEAD.
-func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	switch h.methodOf[r.URL.Path] {
-	case http.MethodGet:
-		w.Header().Set("Allow", "GET, HEAD")
-		writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
-			fmt.Sprintf("method %s is not allowed on %s: use GET", r.Method, r.URL.Path), nil)
-	default:
+// methodNotAllowed answers a routed path asked with another method than
+// allowed. The API takes POST with a JSON body; the GET endpoints (health,
+// metrics, pages) also take HEAD.
+func (h *handler) methodNotAllowed(allowed string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if allowed == http.MethodGet {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
+				fmt.Sprintf("method %s is not allowed on %s: use GET", r.Method, r.URL.Path), nil)
+			return
+		}
 		w.Header().Set("Allow", http.MethodPost)
 		writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
 			fmt.Sprintf("method %s is not allowed on %s: use POST with a JSON body", r.Method, r.URL.Path), nil)

@@ -90,18 +90,22 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	writeEnvelope(w, r, http.StatusServiceUnavailable, codeFailure, message, nil)
 }
 
-// metrics serves Options.Metrics, noting its status for the request log.
-func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
-	sw := &statusWriter{ResponseWriter: w}
-	h.opts.Metrics.ServeHTTP(sw, r)
-	rec := recordOf(r)
-	rec.written = true
-	rec.status = sw.status
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	if rec.status != http.StatusOK {
-		rec.code = codeFailure
+// recordRawAnswer wraps a handler that answers in its own format (metrics
+// text, static pages) so that the request log and the metrics still get
+// its status: code 1 for anything but 200 and 304.
+func recordRawAnswer(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		next(sw, r)
+		rec := recordOf(r)
+		rec.written = true
+		rec.status = sw.status
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		if rec.status != http.StatusOK && rec.status != http.StatusNotModified {
+			rec.code = codeFailure
+		}
 	}
 }
 

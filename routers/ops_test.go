@@ -458,3 +458,68 @@ func serveAny(t testing.TB, h http.Handler, method, path, body string) *httptest
 	}
 	return rec
 }
+
+// fakePages stands in for the dashboard: a page at /ui/, a redirect at /ui,
+// 404 for other paths.
+type fakePages struct{}
+
+func (fakePages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/ui":
+		w.Header().Set("Location", "ui/")
+		w.WriteHeader(http.StatusMovedPermanently)
+	case "/ui/", "/ui/app.js":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, "<!doctype html><title>dashboard</title>")
+	default:
+		http.Error(w, "not found", http.StatusNotFound)
+	}
+}
+
+// Static pages load without the token while the API next to them needs it.
+func TestPagesAreOpen(t *testing.T) {
+	tests := []struct {
+		method, path string
+		wantStatus   int
+		wantObserved observedRequest
+	}{
+		{"GET", "/ui/", 200, observedRequest{"/ui/", 0}},
+		{"HEAD", "/ui/", 200, observedRequest{"/ui/", 0}},
+		{"GET", "/ui/app.js", 200, observedRequest{"/ui/", 0}},
+		{"GET", "/ui", 301, observedRequest{"/ui", 1}},
+		{"GET", "/ui/missing.png", 404, observedRequest{"/ui/", 1}},
+		{"POST", "/ui/", 405, observedRequest{"/ui/", 1}},
+		{"POST", "/ui/app.js", 405, observedRequest{"/ui/", 1}},
+		{"POST", "/stats", 401, observedRequest{"/stats", 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			var observed []observedRequest
+			opts := testOptions()
+			opts.AuthToken = testToken
+			opts.UI = fakePages{}
+			opts.ObserveRequest = func(endpoint string, code int, _ time.Duration) {
+				observed = append(observed, observedRequest{endpoint, code})
+			}
+			rec := record(New(&fakeQueue{}, opts, testLogger(t)), newRequest(t, tt.method, tt.path, "{}"))
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, rec.Code, rec.Body, tt.wantStatus)
+			}
+			if len(observed) != 1 || observed[0] != tt.wantObserved {
+				t.Errorf("observed %+v, want %+v", observed, tt.wantObserved)
+			}
+			if tt.wantStatus == 405 {
+				if _, problem := parseEnvelope(rec.Code, rec.Header(), rec.Body.Bytes()); problem != "" {
+					t.Fatal(problem)
+				}
+				if allow := rec.Header().Get("Allow"); allow != "GET, HEAD" {
+					t.Errorf("Allow = %q, want GET, HEAD", allow)
+				}
+			}
+		})
+	}
+	// Without a UI handler, /ui is an unknown path.
+	if resp := serve(t, New(&fakeQueue{}, testOptions(), testLogger(t)), "GET", "/ui/", ""); resp.status != 404 {
+		t.Fatalf("GET /ui/ without pages: %d %s", resp.status, resp.raw)
+	}
+}

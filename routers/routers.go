@@ -78,6 +78,10 @@ type Options struct {
 	// MetricsAuth (which needs AuthToken).
 	Metrics     http.Handler
 	MetricsAuth bool
+	// UI, when not nil, serves static pages (the dashboard) under /ui and
+	// /ui/, for GET and HEAD, without the token: the pages hold no data,
+	// and the API calls they make carry it.
+	UI http.Handler
 	// ObserveRequest, when not nil, is called once per request when it is
 	// answered, with the route's path ("unknown" for a path that has no
 	// route, so the label values are bounded), the envelope code (1 for a
@@ -152,6 +156,8 @@ type route struct {
 	// quiet routes (probes and scrapes, called every few seconds) log
 	// their successes at debug rather than info.
 	quiet bool
+	// raw routes answer in their own format, not an envelope.
+	raw bool
 }
 
 // New returns the server's HTTP handler. Every answer, including unknown
@@ -195,21 +201,32 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 		if h.opts.MetricsAuth {
 			metricsAccess = accessToken
 		}
-		routes = append(routes, route{method: http.MethodGet, path: "/metrics", handle: h.metrics,
-			access: metricsAccess, quiet: true})
+		routes = append(routes, route{method: http.MethodGet, path: "/metrics", handle: h.opts.Metrics.ServeHTTP,
+			access: metricsAccess, quiet: true, raw: true})
+	}
+	if h.opts.UI != nil {
+		// "/ui/" matches every path below it; "/ui" alone is the UI's to
+		// redirect.
+		for _, path := range []string{"/ui", "/ui/"} {
+			routes = append(routes, route{method: http.MethodGet, path: path, handle: h.opts.UI.ServeHTTP,
+				access: accessOpen, raw: true})
+		}
 	}
 
 	mux := http.NewServeMux()
 	for _, rt := range routes {
 		h.methodOf[rt.path] = rt.method
 		handle := rt.handle
+		if rt.raw {
+			handle = recordRawAnswer(handle)
+		}
 		if rt.access == accessToken && h.auth != nil {
 			handle = h.requireToken(handle)
 		}
 		mux.HandleFunc(rt.method+" "+rt.path, h.named(rt, handle))
 		// The method-less pattern is less specific, so it only catches the
 		// other methods; without it the mux would answer 405 in plain text.
-		mux.HandleFunc(rt.path, h.named(rt, h.methodNotAllowed))
+		mux.HandleFunc(rt.path, h.named(rt, h.methodNotAllowed(rt.method)))
 	}
 	mux.HandleFunc("/", h.notFound)
 
