@@ -540,6 +540,7 @@ func TestRunOperations(t *testing.T) {
 				{"POST", "/get", `{"id":"j1"}`, confToken, 200, []string{`"id":"j1"`}},
 				{"GET", "/healthz", "", "", 200, []string{`"code":0`}},
 				{"GET", "/readyz", "", "", 200, []string{`"code":0`}},
+				{"GET", "/ui/", "", "", 200, []string{"<html", "<script"}},
 				{"GET", "/metrics", "", "", 200, []string{
 					`delayqueue_http_requests_total{endpoint="/push",result="error"} 2`,
 					`delayqueue_http_requests_total{endpoint="/push",result="ok"} 1`,

@@ -16,6 +16,7 @@ import (
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/metrics"
 	"github.com/delay-queue/delay-queue/routers"
+	"github.com/delay-queue/delay-queue/ui"
 )
 
 // serve starts everything in order (Redis check, legacy import, scanners,
@@ -133,6 +134,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			Metrics:         observer.Handler(),
 			MetricsAuth:     cfg.MetricsAuth,
 			ObserveRequest:  observer.ObserveRequest,
+			UI:              ui.Handler(),
 		}, logger),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
