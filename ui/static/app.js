@@ -167,6 +167,10 @@
   const numberFormat = new Intl.NumberFormat();
   const formatCount = (n) => numberFormat.format(n);
 
+  function plural(n, word) {
+    return formatCount(n) + ' ' + word + (n === 1 ? '' : 's');
+  }
+
   function formatDateTime(ms) {
     if (!ms) return 'unknown';
     return new Date(ms).toLocaleString(undefined, {
@@ -183,6 +187,7 @@
   function formatRelative(ms) {
     const diff = ms - Date.now();
     const abs = Math.abs(diff);
+    if (abs < 5e3) return 'just now';
     let amount;
     if (abs < 60e3) amount = Math.round(abs / 1e3) + ' s';
     else if (abs < 3600e3) amount = Math.round(abs / 60e3) + ' min';
@@ -306,7 +311,7 @@
     const startMs = Number(data.start_ms) || Number(data.start) * 1000;
     const total = counts.reduce((a, b) => a + b, 0);
     const max = Math.max(0, ...counts);
-    $('upcoming-total').textContent = formatCount(total) + (total === 1 ? ' job' : ' jobs');
+    $('upcoming-total').textContent = plural(total, 'job');
 
     const width = Math.max(box.clientWidth, 320);
     const height = 210;
@@ -342,7 +347,7 @@
         'data-count': n,
         'data-start-ms': from,
       });
-      bar.append(svg('title', {}, `${formatClock(from)}–${formatClock(from + stepMs)}: ${n} ${n === 1 ? 'job' : 'jobs'}`));
+      bar.append(svg('title', {}, `${formatClock(from)}–${formatClock(from + stepMs)}: ${plural(n, 'job')}`));
       bars.append(bar);
     });
     chart.append(bars);
@@ -350,13 +355,21 @@
     const axis = svg('g', { class: 'x-axis' });
     const baseline = margin.top + plotH;
     axis.append(svg('line', { x1: margin.left, x2: width - margin.right, y1: baseline, y2: baseline }));
-    const labelEvery = counts.length > 30 ? 10 : 5;
-    for (let i = 0; i <= counts.length; i += labelEvery) {
-      const x = margin.left + i * band;
-      axis.append(svg('line', { x1: x, x2: x, y1: baseline, y2: baseline + 4 }));
-      const label = i === 0 ? 'now' : formatClock(startMs + i * stepMs);
-      const anchor = i === 0 ? 'start' : i === counts.length ? 'end' : 'middle';
-      axis.append(svg('text', { x, y: baseline + 17, 'text-anchor': anchor, class: 'axis' }, label));
+    // Ticks at "now" and at round clock times (every 10 minutes of a one-hour
+    // chart), placed where that time falls rather than at a slot's start.
+    const endMs = startMs + counts.length * stepMs;
+    const tickMs = (counts.length * stepMs > 2 * 3600e3 ? 60 : counts.length * stepMs > 1800e3 ? 10 : 5) * 60e3;
+    const xOf = (ms) => margin.left + ((ms - startMs) / stepMs) * band;
+    const ticks = [{ x: xOf(startMs), label: 'now', anchor: 'start' }];
+    const minGap = 46; // px between labels
+    for (let ms = Math.ceil(startMs / tickMs) * tickMs; ms <= endMs; ms += tickMs) {
+      const x = xOf(ms);
+      if (x - ticks[ticks.length - 1].x < minGap || width - margin.right - x < minGap / 2) continue;
+      ticks.push({ x, label: formatClock(ms), anchor: 'middle' });
+    }
+    for (const tick of ticks) {
+      axis.append(svg('line', { x1: tick.x, x2: tick.x, y1: baseline, y2: baseline + 4 }));
+      axis.append(svg('text', { x: tick.x, y: baseline + 17, 'text-anchor': tick.anchor, class: 'axis' }, tick.label));
     }
     chart.append(axis);
 
@@ -381,10 +394,7 @@
     if (!state.deadTopicChosen || !state.topics.includes(state.deadTopic)) {
       const withDead = state.topics.find((name) => state.deadCounts[name] > 0);
       const next = withDead || (state.topics.includes(state.deadTopic) ? state.deadTopic : state.topics[0] || '');
-      if (next !== state.deadTopic) {
-        state.deadTopic = next;
-        state.deadOffset = 0;
-      }
+      if (next !== state.deadTopic) setDeadTopic(next);
     }
     const select = $('dead-topic');
     const options = state.topics.map((name) => {
@@ -400,10 +410,15 @@
     select.disabled = state.topics.length === 0;
   }
 
-  function chooseDeadTopic(name) {
+  function setDeadTopic(name) {
+    if (name !== state.deadTopic) $('dead-notice').textContent = ''; // it was about the other topic
     state.deadTopic = name;
-    state.deadTopicChosen = true;
     state.deadOffset = 0;
+  }
+
+  function chooseDeadTopic(name) {
+    setDeadTopic(name);
+    state.deadTopicChosen = true;
     $('dead-topic').value = name;
     refreshDead().catch(() => {});
     $('dead-topic').scrollIntoView({ block: 'nearest' });
@@ -454,9 +469,9 @@
       return el('tr', { data: { id: job.id } },
         el('td', { class: 'id' }, idButton),
         el('td', { class: 'nowrap', text: formatRelative(job.dead_at_ms), title: formatDateTime(job.dead_at_ms) }),
-        el('td', { class: 'num', text: formatCount(job.attempts) }),
-        el('td', { class: 'reason', text: job.reason || '' }),
-        el('td', { class: 'body mono', text: body.text + (body.cut ? '…' : '') }),
+        el('td', { class: 'reason', text: (job.reason || 'unknown') + ' · ' + plural(job.attempts, 'attempt'),
+          title: job.reason || '' }),
+        el('td', { class: 'body mono', text: body.text + (body.cut ? '…' : ''), title: body.text }),
         el('td', { class: 'actions' }, kick, del));
     });
     $('dead-body').replaceChildren(...rows);
