@@ -194,6 +194,14 @@ func (q *Queue) Run(ctx context.Context) error {
 			l.run(ctx)
 		}()
 	}
+	// Blocked loops would see ctx only when their BLPOP times out: wake
+	// them, so a shutdown does not wait for it.
+	go func() {
+		<-ctx.Done()
+		for _, l := range q.loops {
+			l.interrupt()
+		}
+	}()
 	wg.Wait()
 	return nil
 }

@@ -534,3 +534,45 @@ func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 		t.Fatalf("push without a replica: %v, want ErrNotReplicated", err)
 	}
 }
+
+func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		ro := testRedisOptions(addr)
+		pool := NewPool(ro)
+		defer pool.Close()
+		q, err := New(pool, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s", Dial: ro.Dial,
+			ScanInterval: 30 * time.Second}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { q.Run(ctx); close(done) }()
+		popped := make(chan struct{})
+		go func() { q.Pop(context.Background(), []string{"idle"}, 60*time.Second); close(popped) }()
+		waitFor(t, 5*time.Second, "the dispatch loop blocked on the waiter's topic", func() bool {
+			for _, l := range q.loops {
+				l.mu.Lock()
+				blocked := l.blocked
+				l.mu.Unlock()
+				if blocked && len(q.waiters.topicsOf(l.index)) > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		start := time.Now()
+		q.StopWaiting()
+		<-popped
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+		// The blocking timeout is 30 s here: only the interrupt can be this fast.
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("Run took %v to stop", took)
+		}
+	})
+}
