@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 )
@@ -128,7 +129,8 @@ type Worker struct {
 // an error at once for an incomplete Worker, and when the server refuses
 // the pops for good (HTTP 401, 403, 404 or 405: a wrong token, origin or
 // URL). Other failures (server unreachable, Redis unavailable) are logged
-// and retried with a growing wait.
+// and retried with a growing wait. An invalid topic or a PollTimeout over
+// the server's queue_block_timeout is an error too.
 func (w *Worker) Run(ctx context.Context) error {
 	switch {
 	case w.Client == nil:
@@ -212,7 +214,11 @@ func (r *workerRun) consume(ctx context.Context, stop context.CancelCauseFunc, h
 				return
 			}
 			if refusedForGood(err) {
-				stop(fmt.Errorf("worker: the server refuses pops: %w", err))
+				hint := ""
+				if strings.Contains(err.Error(), "timeout") {
+					hint = " (Worker.PollTimeout must not exceed the server's queue_block_timeout)"
+				}
+				stop(fmt.Errorf("worker: the server refuses pops%s: %w", hint, err))
 				return
 			}
 			failures++
@@ -232,7 +238,11 @@ func (r *workerRun) consume(ctx context.Context, stop context.CancelCauseFunc, h
 	}
 }
 
-// refusedForGood reports a /pop refusal that no retry will heal.
+// refusedForGood reports a /pop refusal that no retry will heal: a wrong
+// token, origin or URL, or a request the server finds invalid (its
+// validation messages start with the field they name, such as "timeout
+// must be an integer between 0 and 178"). Redis being unavailable or the
+// server shutting down are not among them.
 func refusedForGood(err error) bool {
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) {
@@ -241,6 +251,12 @@ func refusedForGood(err error) bool {
 	switch apiErr.HTTPStatus {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed:
 		return true
+	case http.StatusOK:
+		for _, field := range []string{"topic", "timeout"} {
+			if strings.HasPrefix(apiErr.Message, field+" ") {
+				return true
+			}
+		}
 	}
 	return false
 }
