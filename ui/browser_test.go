@@ -36,7 +36,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 }
 
 // dashboardServer is the server a browser test talks to: the engine on
-// miniredis, the API, and the dashboard, as the real binary mounts them.
+// miniredis, and the API with the dashboard mounted, as in the binary.
 type dashboardServer struct {
 	t     *testing.T
 	url   string
@@ -69,15 +69,15 @@ func startDashboardServer(t *testing.T, token string) *dashboardServer {
 		pool.Close()
 	})
 
-	api := routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, AuthToken: token}, logger)
-	mux := http.NewServeMux()
-	mux.Handle(Prefix, Handler())
-	mux.Handle(Prefix+"/", Handler())
-	if !routesUpcoming(api) {
+	// The dashboard is mounted by the API, as in the server binary.
+	var server http.Handler = routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, AuthToken: token, UI: Handler()}, logger)
+	if !routesUpcoming(server) {
+		mux := http.NewServeMux()
 		mux.Handle("POST /upcoming", upcomingStandIn(q, token))
+		mux.Handle("/", server)
+		server = mux
 	}
-	mux.Handle("/", api)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(server)
 	t.Cleanup(srv.Close) // before the engine stops
 	return &dashboardServer{t: t, url: srv.URL, token: token}
 }
@@ -203,13 +203,16 @@ func (s *dashboardServer) makeDead(topic, id, body string) {
 	}
 }
 
-// topicRows reads the topics table: topic → column → number, "" for the
-// totals row.
+// topicRowsScript reads the topics table as a user sees it: topic →
+// column header → the number shown under it, "" for the totals row.
 const topicRowsScript = `
+const headers = [...document.querySelectorAll('#topics-table thead th')].map((th) => th.textContent.trim());
 const rows = {};
 for (const tr of document.querySelectorAll('#topics-body tr, #topics-total')) {
   const counts = {};
-  for (const td of tr.querySelectorAll('td[data-col]')) counts[td.dataset.col] = Number(td.dataset.value);
+  for (const cell of tr.children) {
+    if (cell.tagName === 'TD') counts[headers[cell.cellIndex]] = Number(cell.textContent.replace(/[^0-9]/g, ''));
+  }
   rows[tr.dataset.topic || ''] = counts;
 }
 return JSON.stringify(rows);`
@@ -226,14 +229,16 @@ const want = JSON.parse(arguments[0]);
 const got = JSON.parse((function () {`+topicRowsScript+`})());
 if (Object.keys(got).length !== Object.keys(want).length) return false;
 for (const [topic, cols] of Object.entries(want)) {
-  for (const [col, n] of Object.entries(cols)) if (!got[topic] || got[topic][col] !== n) return false;
+  if (!got[topic] || Object.keys(got[topic]).length !== Object.keys(cols).length) return false;
+  for (const [col, n] of Object.entries(cols)) if (got[topic][col] !== n) return false;
 }
 return true;`, string(wantJSON))
 }
 
-func counts(delay, ready, reserved, dead int) map[string]int {
-	return map[string]int{"delay": delay, "ready": ready, "reserved": reserved, "dead": dead,
-		"total": delay + ready + reserved + dead}
+// counts is a row of the topics table, by column header.
+func counts(delayed, ready, reserved, dead int) map[string]int {
+	return map[string]int{"Delayed": delayed, "Ready": ready, "Reserved": reserved, "Dead": dead,
+		"Total": delayed + ready + reserved + dead}
 }
 
 // TestBrowserDashboard drives the page in a headless Chromium: the topics
@@ -356,40 +361,41 @@ return out;`)
 return document.getElementById('lookup-error').textContent.includes('id must be at most 256 bytes, got 300');`)
 
 	// Delete, then cancel: nothing changes.
-	b.click(`#dead-body tr[data-id="mail-dead-2"] button.delete`)
-	b.waitUntil("the confirmation asks about mail-dead-2", `
-const d = document.getElementById('confirm-dialog');
-return d.open && document.getElementById('confirm-text').textContent.includes('mail-dead-2');`)
-	b.click("#confirm-cancel")
-	b.waitUntil("the confirmation closes", "return !document.getElementById('confirm-dialog').open")
-	if got := s.jobState("mail-dead-2"); got != "dead" {
-		t.Fatalf("after a cancelled delete mail-dead-2 is %q, want dead", got)
-	}
-
-	// Kick, confirmed: the job is ready again, as the API says.
-	b.click(`#dead-body tr[data-id="mail-dead-1"] button.kick`)
+	b.click(`#dead-body tr[data-id="mail-dead-1"] button.delete`)
 	b.waitUntil("the confirmation asks about mail-dead-1", `
 const d = document.getElementById('confirm-dialog');
 return d.open && document.getElementById('confirm-text').textContent.includes('mail-dead-1');`)
+	b.click("#confirm-cancel")
+	b.waitUntil("the confirmation closes", "return !document.getElementById('confirm-dialog').open")
+	if got := s.jobState("mail-dead-1"); got != "dead" {
+		t.Fatalf("after a cancelled delete mail-dead-1 is %q, want dead", got)
+	}
+
+	// Kick, confirmed: the job is ready again, as the API says. It is the
+	// newer dead letter, so a kick of "the oldest" would take the other.
+	b.click(`#dead-body tr[data-id="mail-dead-2"] button.kick`)
+	b.waitUntil("the confirmation asks about mail-dead-2", `
+const d = document.getElementById('confirm-dialog');
+return d.open && document.getElementById('confirm-text').textContent.includes('mail-dead-2');`)
 	b.click("#confirm-ok")
 	b.waitUntil("the page reports the kick", `
-return document.getElementById('dead-notice').textContent === 'Kicked mail-dead-1: it is ready again.' &&
-  !document.querySelector('#dead-body tr[data-id="mail-dead-1"]');`)
-	if got := s.jobState("mail-dead-1"); got != "ready" {
-		t.Fatalf("after the kick mail-dead-1 is %q, want ready", got)
+return document.getElementById('dead-notice').textContent === 'Kicked mail-dead-2: it is ready again.' &&
+  !document.querySelector('#dead-body tr[data-id="mail-dead-2"]');`)
+	if got := s.jobState("mail-dead-2"); got != "ready" {
+		t.Fatalf("after the kick mail-dead-2 is %q, want ready", got)
 	}
 
 	// Delete, confirmed: the job is gone.
-	b.click(`#dead-body tr[data-id="mail-dead-2"] button.delete`)
-	b.waitUntil("the confirmation asks about mail-dead-2", `
+	b.click(`#dead-body tr[data-id="mail-dead-1"] button.delete`)
+	b.waitUntil("the confirmation asks about mail-dead-1", `
 return document.getElementById('confirm-dialog').open &&
-  document.getElementById('confirm-text').textContent.includes('mail-dead-2');`)
+  document.getElementById('confirm-text').textContent.includes('mail-dead-1');`)
 	b.click("#confirm-ok")
 	b.waitUntil("the dead letters of mail are empty", `
 return document.querySelectorAll('#dead-body tr').length === 0 &&
   document.getElementById('dead-empty').textContent === 'No dead letters in mail.';`)
-	if got := s.jobState("mail-dead-2"); got != "" {
-		t.Fatalf("after the delete mail-dead-2 is %q, want gone", got)
+	if got := s.jobState("mail-dead-1"); got != "" {
+		t.Fatalf("after the delete mail-dead-1 is %q, want gone", got)
 	}
 	waitForCounts(b, map[string]map[string]int{
 		"orders": counts(4, 2, 0, 0),
