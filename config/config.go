@@ -75,6 +75,21 @@ type Config struct {
 	// DebugAddr, when not empty, is where a second listener serves
 	// net/http/pprof (debug_addr).
 	DebugAddr string
+	// CallbackSecret signs webhook calls (callback_secret; the
+	// DQ_CALLBACK_SECRET environment variable wins).
+	CallbackSecret string
+	// CallbackAllow lists hosts, .suffixes and CIDRs webhooks may call
+	// although they are not public (callback_allow, comma-separated).
+	CallbackAllow []string
+	// CallbackConcurrency caps the webhook jobs one process holds at once
+	// (callback_concurrency).
+	CallbackConcurrency int
+	// CallbackPerHost caps the webhook calls in flight to one host
+	// (callback_per_host).
+	CallbackPerHost int
+	// CallbackShutdownGrace is how long webhook calls in flight may go on
+	// after SIGTERM (callback_shutdown_grace, seconds).
+	CallbackShutdownGrace time.Duration
 	// Redis says how to reach Redis (the redis.* keys).
 	Redis Redis
 }
@@ -134,26 +149,29 @@ func (r Redis) Embedded() bool { return r.Host == EmbeddedHost }
 // keys keep the original's defaults.
 func Default() Config {
 	return Config{
-		BindAddress:        "0.0.0.0:9277",
-		BucketSize:         3,
-		BucketName:         "dq_bucket_%d",
-		QueueName:          "dq_queue_%s",
-		QueueBlockTimeout:  178 * time.Second,
-		KeyPrefix:          "dq_",
-		MaxBodyBytes:       16 << 20,
-		MaxJobBodyBytes:    1 << 20,
-		ReadHeaderTimeout:  10 * time.Second,
-		IdleTimeout:        240 * time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		DeadMaxPerTopic:    10000,
-		DeadTTL:            7 * 24 * time.Hour,
-		LogLevel:           slog.LevelInfo,
-		LogFormat:          LogFormatText,
-		AuthToken:          "",
-		MetricsAuth:        false,
-		MetricsTopicLabels: 100,
-		MaxHeldPops:        20000,
-		DebugAddr:          "",
+		BindAddress:           "0.0.0.0:9277",
+		BucketSize:            3,
+		BucketName:            "dq_bucket_%d",
+		QueueName:             "dq_queue_%s",
+		QueueBlockTimeout:     178 * time.Second,
+		KeyPrefix:             "dq_",
+		MaxBodyBytes:          16 << 20,
+		MaxJobBodyBytes:       1 << 20,
+		ReadHeaderTimeout:     10 * time.Second,
+		IdleTimeout:           240 * time.Second,
+		ShutdownTimeout:       30 * time.Second,
+		DeadMaxPerTopic:       10000,
+		DeadTTL:               7 * 24 * time.Hour,
+		LogLevel:              slog.LevelInfo,
+		LogFormat:             LogFormatText,
+		AuthToken:             "",
+		MetricsAuth:           false,
+		MetricsTopicLabels:    100,
+		MaxHeldPops:           20000,
+		DebugAddr:             "",
+		CallbackConcurrency:   32,
+		CallbackPerHost:       4,
+		CallbackShutdownGrace: 10 * time.Second,
 		Redis: Redis{
 			Host:           "127.0.0.1:6379",
 			DB:             1,
@@ -174,15 +192,23 @@ func Default() Config {
 // out of it.
 const AuthTokenEnv = "DQ_AUTH_TOKEN"
 
+// CallbackSecretEnv names the environment variable that sets
+// callback_secret; a non-empty value wins over the file.
+const CallbackSecretEnv = "DQ_CALLBACK_SECRET"
+
 // ApplyEnv overrides settings from the environment, read through lookup
-// (os.LookupEnv in the server): DQ_AUTH_TOKEN, when set and not empty,
-// replaces auth_token. Call Validate afterwards. It reports the variables
+// (os.LookupEnv in the server): DQ_AUTH_TOKEN and DQ_CALLBACK_SECRET, when
+// set and not empty, replace auth_token and callback_secret. Call Validate afterwards. It reports the variables
 // it applied, for the log.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) []string {
 	var applied []string
 	if token, ok := lookup(AuthTokenEnv); ok && token != "" {
 		c.AuthToken = token
 		applied = append(applied, AuthTokenEnv)
+	}
+	if secret, ok := lookup(CallbackSecretEnv); ok && secret != "" {
+		c.CallbackSecret = secret
+		applied = append(applied, CallbackSecretEnv)
 	}
 	return applied
 }

@@ -13,23 +13,26 @@ import (
 func TestDefaultMatchesTheOriginal(t *testing.T) {
 	got := Default()
 	want := Config{
-		BindAddress:        "0.0.0.0:9277",
-		BucketSize:         3,
-		BucketName:         "dq_bucket_%d",
-		QueueName:          "dq_queue_%s",
-		QueueBlockTimeout:  178 * time.Second,
-		KeyPrefix:          "dq_",
-		MaxBodyBytes:       16777216,
-		MaxJobBodyBytes:    1048576,
-		ReadHeaderTimeout:  10 * time.Second,
-		IdleTimeout:        240 * time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		DeadMaxPerTopic:    10000,
-		DeadTTL:            7 * 24 * time.Hour,
-		LogLevel:           slog.LevelInfo,
-		LogFormat:          "text",
-		MetricsTopicLabels: 100,
-		MaxHeldPops:        20000,
+		BindAddress:           "0.0.0.0:9277",
+		BucketSize:            3,
+		BucketName:            "dq_bucket_%d",
+		QueueName:             "dq_queue_%s",
+		QueueBlockTimeout:     178 * time.Second,
+		KeyPrefix:             "dq_",
+		MaxBodyBytes:          16777216,
+		MaxJobBodyBytes:       1048576,
+		ReadHeaderTimeout:     10 * time.Second,
+		IdleTimeout:           240 * time.Second,
+		ShutdownTimeout:       30 * time.Second,
+		DeadMaxPerTopic:       10000,
+		DeadTTL:               7 * 24 * time.Hour,
+		LogLevel:              slog.LevelInfo,
+		LogFormat:             "text",
+		MetricsTopicLabels:    100,
+		MaxHeldPops:           20000,
+		CallbackConcurrency:   32,
+		CallbackPerHost:       4,
+		CallbackShutdownGrace: 10 * time.Second,
 		Redis: Redis{
 			Host:           "127.0.0.1:6379",
 			DB:             1,
@@ -167,6 +170,7 @@ max_job_body_bytes = 1000
 read_header_timeout = 5
 idle_timeout = 60
 shutdown_timeout = 2
+callback_shutdown_grace = 1
 log_level = DEBUG
 log_format = JSON
 `,
@@ -177,6 +181,7 @@ log_format = JSON
 				c.ReadHeaderTimeout = 5 * time.Second
 				c.IdleTimeout = 60 * time.Second
 				c.ShutdownTimeout = 2 * time.Second
+				c.CallbackShutdownGrace = time.Second
 				c.LogLevel = slog.LevelDebug
 				c.LogFormat = LogFormatJSON
 			},
@@ -356,6 +361,11 @@ func TestParseErrors(t *testing.T) {
 		{"zero topic labels", "metrics_topic_labels = 0", []string{"metrics_topic_labels = 0", "at least 1"}},
 		{"zero held pops", "max_held_pops = 0", []string{"max_held_pops = 0", "at least 1"}},
 		{"negative held pops", "max_held_pops = -5", []string{"max_held_pops = -5"}},
+		{"zero callback concurrency", "callback_concurrency = 0", []string{"callback_concurrency = 0", "at least 1"}},
+		{"per host above concurrency", "callback_per_host = 64", []string{"callback_per_host = 64", "callback_concurrency"}},
+		{"grace not below shutdown", "callback_shutdown_grace = 30", []string{"callback_shutdown_grace = 30", "shutdown_timeout"}},
+		{"empty allow item", "callback_allow = 10.0.0.0/8,,x", []string{"callback_allow"}},
+		{"no dead letters kept", "dead_max_per_topic = 0", []string{"dead_max_per_topic = 0"}},
 		{"debug address without port", "debug_addr = localhost", []string{"debug_addr", "host:port"}},
 		{"debug address equal to bind address", "bind_address = 127.0.0.1:9000\ndebug_addr = 127.0.0.1:9000",
 			[]string{"debug_addr", "differ from bind_address"}},

@@ -73,6 +73,15 @@ func (c Config) Validate() error {
 			add("%s = %s: must be at least 1", d.key, seconds(d.value))
 		}
 	}
+	if c.CallbackConcurrency < 1 {
+		add("callback_concurrency = %d: must be at least 1", c.CallbackConcurrency)
+	}
+	if c.CallbackPerHost < 1 || c.CallbackPerHost > c.CallbackConcurrency {
+		add("callback_per_host = %d: must be between 1 and callback_concurrency (%d)", c.CallbackPerHost, c.CallbackConcurrency)
+	}
+	if c.CallbackShutdownGrace < time.Second || c.CallbackShutdownGrace >= c.ShutdownTimeout {
+		add("callback_shutdown_grace = %s: must be at least 1 and below shutdown_timeout (%s)", seconds(c.CallbackShutdownGrace), seconds(c.ShutdownTimeout))
+	}
 	if c.DeadMaxPerTopic < 1 {
 		add("dead_max_per_topic = %d: must be at least 1", c.DeadMaxPerTopic)
 	}

@@ -145,6 +145,10 @@ type deadJobView struct {
 	DeadAtMS    int64  `json:"dead_at_ms"`
 	CreatedAt   int64  `json:"created_at"`
 	CreatedAtMS int64  `json:"created_at_ms"`
+	// For webhook jobs: the last failed call (see /get).
+	LastStatus   *int   `json:"last_status,omitempty"`
+	LastError    string `json:"last_error,omitempty"`
+	LastResponse string `json:"last_response,omitempty"`
 }
 
 // deadListView is the data of /dead/list.
@@ -177,7 +181,7 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 	}
 	view := deadListView{Total: total, Jobs: make([]deadJobView, 0, len(jobs))}
 	for _, job := range jobs {
-		view.Jobs = append(view.Jobs, deadJobView{
+		dead := deadJobView{
 			ID:          job.ID,
 			Topic:       job.Topic,
 			Body:        job.Body,
@@ -187,7 +191,12 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 			DeadAtMS:    unixMillis(job.DeadAt),
 			CreatedAt:   unixSeconds(job.CreatedAt),
 			CreatedAtMS: unixMillis(job.CreatedAt),
-		})
+		}
+		if job.Callback != nil {
+			callView := newJobView(&job)
+			dead.LastStatus, dead.LastError, dead.LastResponse = callView.LastStatus, callView.LastError, callView.LastResponse
+		}
+		view.Jobs = append(view.Jobs, dead)
 	}
 	succeed(w, r, "ok", view)
 }

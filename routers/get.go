@@ -31,6 +31,12 @@ type jobView struct {
 	DeadReason string `json:"dead_reason,omitempty"`
 	DeadAt     *int64 `json:"dead_at,omitempty"`
 	DeadAtMS   *int64 `json:"dead_at_ms,omitempty"`
+	// Only for a webhook job: its callback, and the outcome of its last
+	// failed call (status 0 when no answer came).
+	Callback     *delayqueue.Callback `json:"callback,omitempty"`
+	LastStatus   *int                 `json:"last_status,omitempty"`
+	LastError    string               `json:"last_error,omitempty"`
+	LastResponse string               `json:"last_response,omitempty"`
 }
 
 func newJobView(info *delayqueue.JobInfo) jobView {
@@ -50,6 +56,14 @@ func newJobView(info *delayqueue.JobInfo) jobView {
 	}
 	if view.Retry == nil {
 		view.Retry = []int{}
+	}
+	if info.Callback != nil {
+		view.Callback = info.Callback
+		if info.LastStatus != 0 || info.LastError != "" {
+			status := info.LastStatus
+			view.LastStatus = &status
+		}
+		view.LastError, view.LastResponse = info.LastError, info.LastResponse
 	}
 	switch info.State {
 	case delayqueue.StateReserved:

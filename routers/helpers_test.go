@@ -175,6 +175,11 @@ func (f *fakeQueue) Topics(ctx context.Context) ([]string, error) {
 	return f.topicNames, f.errOf("topics")
 }
 
+func (f *fakeQueue) Upcoming(ctx context.Context, step time.Duration, n int) (time.Time, []int64, error) {
+	f.record(queueCall{op: "upcoming", count: n, hold: step})
+	return time.UnixMilli(1_700_000_000_123), make([]int64, n), f.errOf("upcoming")
+}
+
 func (f *fakeQueue) Ready(ctx context.Context) error {
 	f.record(queueCall{op: "ready"})
 	return f.errOf("ready")

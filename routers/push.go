@@ -21,7 +21,7 @@ const (
 
 // jobFields are the members of one job in /push, alone or in "jobs".
 func jobFields() []string {
-	return []string{"topic", "id", "body", "delay", "delay_ms", "ttr", "retry", "max_attempts", "if_absent"}
+	return []string{"topic", "id", "body", "delay", "delay_ms", "ttr", "retry", "max_attempts", "if_absent", "callback"}
 }
 
 // pushRequest is the body of /push: one job, or with "jobs" a batch of them.
@@ -185,7 +185,13 @@ func decodeJob(obj jsonObject, maxJobBodyBytes int) (delayqueue.Job, error) {
 		job.Delay = time.Duration(delayMillis) * time.Millisecond
 	}
 
-	if !obj.has("ttr") {
+	if obj.has("callback") {
+		// A webhook job is called by the server; its lease comes from the
+		// callback's timeout, so ttr is optional and ignored.
+		if job.Callback, err = decodeCallback(obj["callback"]); err != nil {
+			return delayqueue.Job{}, err
+		}
+	} else if !obj.has("ttr") {
 		return delayqueue.Job{}, fmt.Errorf("ttr is required: an integer between 1 and %d (seconds)", maxTTRSeconds)
 	}
 	ttrSeconds, err := obj.intField("ttr", 1, maxTTRSeconds, "seconds")
@@ -326,4 +332,73 @@ func (h *handler) pushBatch(w http.ResponseWriter, r *http.Request, jobs []delay
 		pushed[i] = pushedJob{ID: jobs[i].ID, Status: pushStatusName(result.Status)}
 	}
 	succeed(w, r, fmt.Sprintf("pushed %d jobs", len(jobs)), pushed)
+}
+
+// decodeCallback reads the "callback" object of a webhook job: url,
+// method, headers, timeout and follow_redirects.
+func decodeCallback(raw json.RawMessage) (*delayqueue.Callback, error) {
+	if raw[0] != '{' {
+		return nil, fmt.Errorf("callback must be a JSON object with a url, got %s", jsonKind(raw))
+	}
+	obj, err := parseObject(raw, "url", "method", "headers", "timeout", "follow_redirects")
+	if err != nil {
+		return nil, fmt.Errorf("callback: %w", err)
+	}
+	var cb delayqueue.Callback
+	if !obj.has("url") {
+		return nil, errors.New("callback.url is required: an http or https URL")
+	}
+	if cb.URL, err = stringValue("callback.url", obj["url"]); err != nil {
+		return nil, err
+	}
+	if obj.has("method") {
+		if cb.Method, err = stringValue("callback.method", obj["method"]); err != nil {
+			return nil, err
+		}
+		cb.Method = strings.ToUpper(cb.Method)
+	}
+	timeout, err := intValueIfPresent(obj, "timeout", "callback.timeout", 1, int64(delayqueue.MaxCallbackTimeout/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	cb.TimeoutSeconds = int(timeout)
+	if cb.FollowRedirects, err = obj.boolField("follow_redirects"); err != nil {
+		return nil, fmt.Errorf("callback.%w", err)
+	}
+	if obj.has("headers") {
+		headers := obj["headers"]
+		if headers[0] != '{' {
+			return nil, fmt.Errorf("callback.headers must be an object of strings, got %s", jsonKind(headers))
+		}
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(headers, &members); err != nil {
+			return nil, fmt.Errorf("callback.headers: %w", err)
+		}
+		if len(members) > maxCallbackHeaders {
+			return nil, fmt.Errorf("callback.headers may hold at most %d headers", maxCallbackHeaders)
+		}
+		cb.Headers = make(map[string]string, len(members))
+		for name, value := range members {
+			v, err := stringValue("callback.headers."+name, value)
+			if err != nil {
+				return nil, err
+			}
+			cb.Headers[name] = v
+		}
+	}
+	if err := cb.Validate(); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), delayqueue.ErrInvalidJob.Error()+": "))
+	}
+	return &cb, nil
+}
+
+// maxCallbackHeaders bounds the extra headers of one callback.
+const maxCallbackHeaders = 50
+
+// intValueIfPresent is intValue for an optional member: 0 when absent.
+func intValueIfPresent(obj jsonObject, member, name string, min, max int64) (int64, error) {
+	if !obj.has(member) {
+		return 0, nil
+	}
+	return intValue(name, obj[member], min, max, "seconds")
 }

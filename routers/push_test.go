@@ -18,6 +18,9 @@ func TestPushAccepts(t *testing.T) {
 		body string
 		want delayqueue.Job
 	}{
+		{"callback without ttr", `{"topic":"pay","id":"7","body":"b","callback":{"url":"https://merchant.example/n?x=1","method":"put","headers":{"Authorization":"t"},"timeout":5,"follow_redirects":true}}`,
+			delayqueue.Job{Topic: "pay", ID: "7", Body: "b", Callback: &delayqueue.Callback{URL: "https://merchant.example/n?x=1",
+				Method: "PUT", Headers: map[string]string{"Authorization": "t"}, TimeoutSeconds: 5, FollowRedirects: true}}},
 		{"all fields", `{"topic":"order","id":"15","delay":10,"ttr":30,"body":"hello"}`,
 			delayqueue.Job{Topic: "order", ID: "15", Delay: 10 * time.Second, TTR: 30 * time.Second, Body: "hello"}},
 		{"delay 0 is ready now", `{"topic":"t","id":"1","delay":0,"ttr":1}`,
@@ -221,6 +224,19 @@ func TestPushRejects(t *testing.T) {
 		// if_absent
 		{"if_absent a string", `{` + valid + `,"if_absent":"true"}`, "if_absent must be true or false, got a string"},
 		{"if_absent a number", `{` + valid + `,"if_absent":1}`, "if_absent must be true or false, got a number"},
+
+		// callback
+		{"callback not an object", `{` + valid + `,"callback":"http://x/"}`, "callback must be a JSON object with a url, got a string"},
+		{"callback without url", `{` + valid + `,"callback":{}}`, "callback.url is required: an http or https URL"},
+		{"callback url not http", `{` + valid + `,"callback":{"url":"ftp://x/"}}`, "callback.url must be an absolute http or https URL"},
+		{"callback url relative", `{` + valid + `,"callback":{"url":"/hook"}}`, "callback.url must be an absolute http or https URL"},
+		{"callback method GET", `{` + valid + `,"callback":{"url":"http://x/","method":"get"}}`, "callback.method must be POST, PUT or PATCH"},
+		{"callback timeout too long", `{` + valid + `,"callback":{"url":"http://x/","timeout":301}}`, "callback.timeout must be an integer between 1 and 300 (seconds), got 301"},
+		{"callback header reserved", `{` + valid + `,"callback":{"url":"http://x/","headers":{"X-DelayQueue-Id":"1"}}}`, "callback.headers may not set X-DelayQueue-Id"},
+		{"callback header host", `{` + valid + `,"callback":{"url":"http://x/","headers":{"host":"y"}}}`, "callback.headers may not set host"},
+		{"callback header not a string", `{` + valid + `,"callback":{"url":"http://x/","headers":{"A":1}}}`, "callback.headers.A must be a string, got a number"},
+		{"callback headers not an object", `{` + valid + `,"callback":{"url":"http://x/","headers":["A"]}}`, "callback.headers must be an object of strings, got an array"},
+		{"callback follow_redirects a string", `{` + valid + `,"callback":{"url":"http://x/","follow_redirects":"yes"}}`, "callback.follow_redirects must be true or false, got a string"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package routers owns the HTTP layer of the delay-queue server: the five
 // POST endpoints of ouqiang/delay-queue (/push, /pop, /finish, /delete, /get),
 // the job lifecycle's (/release, /touch, /dead/list, /dead/kick,
-// /dead/delete, /stats, /topics), the operational GET endpoints (/healthz,
+// /dead/delete, /stats, /topics, /upcoming), the operational GET endpoints (/healthz,
 // /readyz, /metrics), bearer-token auth, request decoding and validation,
 // the {"code","message","data"} envelope and the mapping of every outcome
 // to an HTTP status. It knows nothing of Redis: it talks to the engine
@@ -40,6 +40,7 @@ type Queue interface {
 
 	Stats(ctx context.Context, topic string) (map[string]delayqueue.TopicStats, error)
 	Topics(ctx context.Context) ([]string, error)
+	Upcoming(ctx context.Context, step time.Duration, n int) (time.Time, []int64, error)
 
 	// Ready reports whether the engine can serve: Redis answers and holds
 	// its scripts.
@@ -185,6 +186,7 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 		{method: http.MethodPost, path: "/dead/delete", handle: h.deadDelete},
 		{method: http.MethodPost, path: "/stats", handle: h.stats},
 		{method: http.MethodPost, path: "/topics", handle: h.topics},
+		{method: http.MethodPost, path: "/upcoming", handle: h.upcoming},
 	}
 	paths := make([]string, len(api))
 	for i, rt := range api {

@@ -3,6 +3,7 @@ package routers
 import (
 	"bytes"
 	"net/http"
+	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 )
@@ -77,4 +78,46 @@ func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
 		topics = []string{}
 	}
 	succeed(w, r, "ok", topics)
+}
+
+// maxUpcomingMinutes bounds /upcoming: one day of one-minute slots.
+const maxUpcomingMinutes = 1440
+
+// upcomingView is the data of /upcoming: jobs due in each minute from start
+// (delayed jobs by due time, reserved jobs by the end of their lease).
+type upcomingView struct {
+	Start       int64   `json:"start"`
+	StartMS     int64   `json:"start_ms"`
+	StepSeconds int     `json:"step_seconds"`
+	Counts      []int64 `json:"counts"`
+}
+
+// upcoming counts the jobs due per minute for the next minutes (default
+// 60), for the dashboard's chart. It costs a ZCOUNT per minute and bucket,
+// not a scan of the jobs.
+func (h *handler) upcoming(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	minutes := int64(60)
+	if len(bytes.TrimSpace(body)) > 0 {
+		obj, err := parseObject(body, "minutes")
+		if err != nil {
+			fail(w, r, err.Error())
+			return
+		}
+		if obj.has("minutes") {
+			if minutes, err = obj.intField("minutes", 1, maxUpcomingMinutes, "minutes"); err != nil {
+				fail(w, r, err.Error())
+				return
+			}
+		}
+	}
+	start, counts, err := h.queue.Upcoming(r.Context(), time.Minute, int(minutes))
+	if err != nil {
+		h.failQueue(w, r, "upcoming", err)
+		return
+	}
+	succeed(w, r, "ok", upcomingView{Start: start.Unix(), StartMS: start.UnixMilli(), StepSeconds: 60, Counts: counts})
 }

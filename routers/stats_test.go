@@ -1,6 +1,7 @@
 package routers
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
@@ -77,5 +78,44 @@ func TestTopics(t *testing.T) {
 		if resp.code != 1 || resp.msg != want || len(q.recorded()) != 0 {
 			t.Errorf("%q: answer %s, want code 1 %q", body, resp.raw, want)
 		}
+	}
+}
+
+func TestUpcoming(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		wantCode  int
+		wantSlots int
+		wantMsg   string
+	}{
+		{"empty body is the next hour", ``, 0, 60, ""},
+		{"empty object", `{}`, 0, 60, ""},
+		{"a day", `{"minutes":1440}`, 0, 1440, ""},
+		{"zero minutes", `{"minutes":0}`, 1, 0, "minutes must be an integer between 1 and 1440 (minutes), got 0"},
+		{"a fraction", `{"minutes":1.5}`, 1, 0, "minutes must be an integer between 1 and 1440 (minutes), got 1.5"},
+		{"not an object", `[1]`, 1, 0, "request body must be a JSON object, got an array"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQueue{}
+			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/upcoming", tc.body)
+			if resp.status != 200 || resp.code != tc.wantCode {
+				t.Fatalf("answer %d %s, want 200 with code %d", resp.status, resp.raw, tc.wantCode)
+			}
+			if tc.wantCode != 0 {
+				if resp.msg != tc.wantMsg {
+					t.Errorf("message %q, want %q", resp.msg, tc.wantMsg)
+				}
+				return
+			}
+			var view upcomingView
+			if err := json.Unmarshal(resp.data, &view); err != nil {
+				t.Fatal(err)
+			}
+			if len(view.Counts) != tc.wantSlots || view.StepSeconds != 60 || view.StartMS != 1_700_000_000_123 || view.Start != 1_700_000_000 {
+				t.Fatalf("data = %s", resp.data)
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/delay-queue/delay-queue/metrics"
 	"github.com/delay-queue/delay-queue/routers"
 	"github.com/delay-queue/delay-queue/ui"
+	"github.com/delay-queue/delay-queue/webhook"
 )
 
 // serve starts everything in order (Redis check, legacy import, scanners,
@@ -62,14 +63,19 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			"redis_addr", redisOpts.Addr)
 	}
 
+	// target names the Redis the server uses, for errors and the log.
+	target := redisOpts.Addr
+	if len(redisOpts.SentinelAddrs) > 0 {
+		target = fmt.Sprintf("sentinel master %q via %s", redisOpts.MasterName, strings.Join(redisOpts.SentinelAddrs, ","))
+	}
 	pool := delayqueue.NewPool(redisOpts)
 	defer pool.Close()
 	if err := checkRedis(ctx, pool, cfg.Redis.Embedded()); err != nil {
 		// The engine's errors usually name the address already.
-		if strings.Contains(err.Error(), redisOpts.Addr) {
+		if len(redisOpts.SentinelAddrs) == 0 && strings.Contains(err.Error(), redisOpts.Addr) {
 			return fmt.Errorf("start-up check of redis.host: %w", err)
 		}
-		return fmt.Errorf("start-up check of redis.host %s: %w", redisOpts.Addr, err)
+		return fmt.Errorf("start-up check of redis (%s): %w", target, err)
 	}
 
 	observer := metrics.New(metrics.Options{MaxTopicLabels: cfg.MetricsTopicLabels}, logger)
@@ -116,6 +122,23 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	observer.WatchQueue(queueCtx, queue)
 	observer.WatchPool(pool)
 
+	// Webhook calls stop with held pops, first, and get their own grace.
+	hooks, err := webhook.New(queue, redisOpts.Dial, webhook.Options{
+		Secret:        cfg.CallbackSecret,
+		Allow:         cfg.CallbackAllow,
+		Concurrency:   cfg.CallbackConcurrency,
+		PerHost:       cfg.CallbackPerHost,
+		ShutdownGrace: cfg.CallbackShutdownGrace,
+		Metrics:       observer,
+	}, logger)
+	if err != nil {
+		return fmt.Errorf("callback_allow: %w", err)
+	}
+	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHooks()
+	hooksDone := make(chan error, 1)
+	go func() { hooksDone <- hooks.Run(hooksCtx) }()
+
 	if cfg.DebugAddr != "" {
 		stopDebug, err := serveDebug(cfg.DebugAddr, logger)
 		if err != nil {
@@ -144,7 +167,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- server.Serve(listener) }()
-	logger.Info("listening", "addr", listener.Addr().String(), "redis_addr", redisOpts.Addr, "version", version,
+	logger.Info("listening", "addr", listener.Addr().String(), "redis", target, "version", version,
 		"auth", cfg.AuthToken != "")
 
 	var failure error
@@ -161,8 +184,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		queueDone = nil
 	}
 
-	// Held pops answer data:null now, so HTTP can drain promptly.
+	// Held pops answer data:null now, so HTTP can drain promptly; webhook
+	// dispatchers start no new call.
 	queue.StopWaiting()
+	stopHooks()
 	httpCtx, cancelHTTP := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancelHTTP()
 	if err := server.Shutdown(httpCtx); err != nil {
@@ -170,6 +195,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		_ = server.Close()
 	}
 
+	if err := <-hooksDone; err != nil && failure == nil {
+		failure = fmt.Errorf("webhook dispatcher: %w", err)
+	}
 	stopQueue()
 	if queueDone != nil {
 		queueCtx, cancelWait := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
