@@ -403,6 +403,23 @@ return document.querySelectorAll('#dead-body tr').length === 0 &&
 		"":       counts(4, 3, 1, 0),
 	})
 
+	// The page follows changes made elsewhere on its own, updating the
+	// rows it has rather than replacing them.
+	b.eval(nil, "document.querySelector('#topics-body tr[data-topic=\"mail\"]').keptAcrossRefreshes = true")
+	if got := s.popOne("mail"); got != "mail-dead-2" {
+		t.Fatalf("popped %s, want the kicked mail-dead-2", got)
+	}
+	waitForCounts(b, map[string]map[string]int{
+		"orders": counts(4, 2, 0, 0),
+		"mail":   counts(0, 0, 2, 0),
+		"":       counts(4, 2, 2, 0),
+	})
+	var kept bool
+	b.eval(&kept, "return document.querySelector('#topics-body tr[data-topic=\"mail\"]').keptAcrossRefreshes === true")
+	if !kept {
+		t.Error("a refresh replaced the mail row instead of updating it")
+	}
+
 	var injected bool
 	b.eval(&injected, "return window.injected === 1 || !!document.querySelector('#main b, #main img')")
 	if injected {

@@ -185,6 +185,7 @@
 
   // formatRelative says how far ms is from now: "in 5 min", "2 h ago".
   function formatRelative(ms) {
+    if (!ms) return 'unknown';
     const diff = ms - Date.now();
     const abs = Math.abs(diff);
     if (abs < 5e3) return 'just now';
@@ -233,31 +234,26 @@
     const stats = envelope.data || {};
     const names = Object.keys(stats).sort();
     const totals = { delay: 0, ready: 0, reserved: 0, dead: 0, total: 0 };
-    const rows = names.map((name) => {
+    // Rows are kept per topic and updated in place, so that a refresh does
+    // not replace a button under the user's pointer.
+    const body = $('topics-body');
+    const existing = new Map([...body.children].map((row) => [row.dataset.topic, row]));
+    names.forEach((name, index) => {
       const s = stats[name];
-      const row = el('tr', { data: { topic: name } }, el('th', { text: name, attrs: { scope: 'row' } }));
+      const row = existing.get(name) || topicRow(name);
+      existing.delete(name);
       let rowTotal = 0;
       for (const col of COLUMNS) {
         const n = Number(s[col]) || 0;
         rowTotal += n;
         totals[col] += n;
-        const cell = el('td', { class: 'num', data: { col, value: n } });
-        if (col === 'dead' && n > 0) {
-          const show = el('button', { type: 'button', class: 'link dead-count', text: formatCount(n),
-            title: 'show the dead letters of ' + name });
-          show.addEventListener('click', () => chooseDeadTopic(name));
-          cell.append(show);
-        } else {
-          cell.textContent = formatCount(n);
-          if (n === 0) cell.classList.add('zero');
-        }
-        row.append(cell);
+        setTopicCell(row.querySelector(`td[data-col="${col}"]`), name, col, n);
       }
       totals.total += rowTotal;
-      row.append(el('td', { class: 'num strong', text: formatCount(rowTotal), data: { col: 'total', value: rowTotal } }));
-      return row;
+      setTopicCell(row.querySelector('td[data-col="total"]'), name, 'total', rowTotal);
+      if (body.children[index] !== row) body.insertBefore(row, body.children[index] || null);
     });
-    $('topics-body').replaceChildren(...rows);
+    for (const gone of existing.values()) gone.remove();
     for (const cell of $('topics-total').querySelectorAll('td')) {
       const n = totals[cell.dataset.col];
       cell.textContent = formatCount(n);
@@ -272,6 +268,28 @@
     state.deadCounts = {};
     for (const name of names) state.deadCounts[name] = Number(stats[name].dead) || 0;
     updateDeadTopics();
+  }
+
+  function topicRow(name) {
+    const row = el('tr', { data: { topic: name } }, el('th', { text: name, attrs: { scope: 'row' } }));
+    for (const col of [...COLUMNS, 'total']) row.append(el('td', { class: col === 'total' ? 'num strong' : 'num', data: { col } }));
+    return row;
+  }
+
+  // setTopicCell shows n in a cell of the topics table, when it changed; a
+  // non-zero dead count is a button that lists the topic's dead letters.
+  function setTopicCell(cell, topic, col, n) {
+    if (cell.dataset.value === String(n)) return;
+    cell.dataset.value = String(n);
+    cell.classList.toggle('zero', n === 0 && col !== 'total');
+    if (col === 'dead' && n > 0) {
+      const show = el('button', { type: 'button', class: 'link dead-count', text: formatCount(n),
+        title: 'show the dead letters of ' + topic });
+      show.addEventListener('click', () => chooseDeadTopic(topic));
+      cell.replaceChildren(show);
+    } else {
+      cell.textContent = formatCount(n);
+    }
   }
 
   // ---- upcoming chart --------------------------------------------------------
@@ -455,7 +473,14 @@
   function renderDead(topic, total, jobs) {
     state.deadTotal = total;
     const shown = JSON.stringify([topic, state.deadOffset, total, jobs.map((j) => [j.id, j.dead_at_ms, j.attempts, j.reason])]);
-    if (shown === state.deadRendered) return; // unchanged: keep the rows the user may be about to click
+    if (shown === state.deadRendered) {
+      // Unchanged: keep the rows the user may be about to click, and only
+      // bring their ages up to date.
+      for (const cell of $('dead-body').querySelectorAll('td[data-dead-at-ms]')) {
+        cell.textContent = formatRelative(Number(cell.dataset.deadAtMs));
+      }
+      return;
+    }
     state.deadRendered = shown;
 
     const rows = jobs.map((job) => {
@@ -468,7 +493,8 @@
       del.addEventListener('click', () => deleteDead(topic, job.id));
       return el('tr', { data: { id: job.id } },
         el('td', { class: 'id' }, idButton),
-        el('td', { class: 'nowrap', text: formatRelative(job.dead_at_ms), title: formatDateTime(job.dead_at_ms) }),
+        el('td', { text: formatRelative(job.dead_at_ms), title: formatDateTime(job.dead_at_ms),
+          data: { deadAtMs: job.dead_at_ms } }),
         el('td', { class: 'reason', text: (job.reason || 'unknown') + ' · ' + plural(job.attempts, 'attempt'),
           title: job.reason || '' }),
         el('td', { class: 'body mono', text: body.text + (body.cut ? '…' : ''), title: body.text }),
