@@ -70,56 +70,9 @@ func startDashboardServer(t *testing.T, token string) *dashboardServer {
 	})
 
 	// The dashboard is mounted by the API, as in the server binary.
-	var server http.Handler = routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, AuthToken: token, UI: Handler()}, logger)
-	if !routesUpcoming(server) {
-		mux := http.NewServeMux()
-		mux.Handle("POST /upcoming", upcomingStandIn(q, token))
-		mux.Handle("/", server)
-		server = mux
-	}
-	srv := httptest.NewServer(server)
+	srv := httptest.NewServer(routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, AuthToken: token, UI: Handler()}, logger))
 	t.Cleanup(srv.Close) // before the engine stops
 	return &dashboardServer{t: t, url: srv.URL, token: token}
-}
-
-// routesUpcoming reports whether the API serves POST /upcoming itself
-// (anything but the 404 of an unknown path).
-func routesUpcoming(api http.Handler) bool {
-	rec := httptest.NewRecorder()
-	api.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/upcoming", strings.NewReader(`{"minutes":60}`)))
-	return rec.Code != http.StatusNotFound
-}
-
-// upcomingStandIn answers POST /upcoming as the API documents it, for as
-// long as the API does not route it: data {"start", "start_ms",
-// "step_seconds", "counts"}.
-func upcomingStandIn(q *delayqueue.Queue, token string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		answer := func(status, code int, message string, data any) {
-			w.Header().Set("Content-Type", "application/json; charset=utf-8")
-			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": message, "data": data})
-		}
-		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
-			answer(http.StatusUnauthorized, 1, "invalid token", nil)
-			return
-		}
-		var req struct {
-			Minutes int `json:"minutes"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Minutes < 1 {
-			answer(http.StatusOK, 1, "minutes must be a positive integer", nil)
-			return
-		}
-		start, counts, err := q.Upcoming(r.Context(), time.Minute, req.Minutes)
-		if err != nil {
-			answer(http.StatusOK, 1, err.Error(), nil)
-			return
-		}
-		answer(http.StatusOK, 0, "ok", map[string]any{
-			"start": start.Unix(), "start_ms": start.UnixMilli(), "step_seconds": 60, "counts": counts,
-		})
-	})
 }
 
 // post calls the API and returns the envelope's data, failing the test on
