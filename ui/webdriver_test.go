@@ -25,7 +25,7 @@ import (
 // HTTP), enough to drive the system's headless Chromium through Debian's
 // chromedriver: no npm, no browser download.
 
-// RequireBrowserEnv names the environment variable that turns a missing
+// requireBrowserEnv names the environment variable that turns a missing
 // chromium or chromedriver from a skip into a failure (CI sets it).
 const requireBrowserEnv = "DQ_REQUIRE_BROWSER"
 
@@ -253,7 +253,7 @@ func (b *browser) setViewport(w, h int) {
 	}
 }
 
-// open navigates to url and waits for the page to load.
+// open navigates to url; WebDriver answers once the page has loaded.
 func (b *browser) open(url string) {
 	b.t.Helper()
 	b.call(http.MethodPost, "/url", map[string]string{"url": url}, nil)
@@ -313,8 +313,8 @@ func (b *browser) text(selector string) string {
 }
 
 // waitUntil evaluates a script returning a boolean until it returns true,
-// failing the test after browserTimeout with what describe returns (for
-// the page state to report).
+// failing the test after browserTimeout with what the page reads then. A
+// script that throws (an element not there yet) counts as false.
 func (b *browser) waitUntil(what, script string, args ...any) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
