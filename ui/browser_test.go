@@ -469,9 +469,10 @@ return !document.getElementById('auth-panel').hidden && document.activeElement =
 
 	b.typeInto("#auth-token", "wrong-token")
 	b.click("#auth-form button[type=submit]")
-	b.waitUntil("the page says the token was refused", `
+	b.waitUntil("the page says the token was refused, and forgets it", `
 return !document.getElementById('auth-panel').hidden &&
-  document.getElementById('auth-error').textContent === 'The server refused this token.';`)
+  document.getElementById('auth-error').textContent === 'The server refused this token.' &&
+  sessionStorage.getItem('dq_auth_token') === null;`)
 
 	b.typeInto("#auth-token", token)
 	b.click("#auth-form button[type=submit]")

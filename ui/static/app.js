@@ -68,7 +68,8 @@
   // token form) on 401.
   async function api(endpoint, body) {
     const headers = { 'Content-Type': 'application/json' };
-    if (state.token) headers.Authorization = 'Bearer ' + state.token;
+    const sentToken = state.token;
+    if (sentToken) headers.Authorization = 'Bearer ' + sentToken;
     let resp;
     try {
       resp = await fetch(new URL('../' + endpoint, window.location.href), {
@@ -82,7 +83,12 @@
       throw new ApiError('cannot reach the server (' + err.message + ')');
     }
     if (resp.status === 401) {
-      askForToken(state.token ? 'The server refused this token.' : '');
+      // An answer to a call made before the user entered another token
+      // says nothing about the new one.
+      if (state.token === sentToken) {
+        useToken(''); // a refused token is not kept, nor sent again
+        askForToken(sentToken ? 'The server refused this token.' : '');
+      }
       throw new AuthNeeded('token needed');
     }
     let envelope;
