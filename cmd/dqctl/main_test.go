@@ -24,6 +24,12 @@ import (
 // startServer runs the real engine on miniredis behind an httptest server.
 func startServer(t *testing.T) string {
 	t.Helper()
+	return startServerWith(t, routers.Options{BlockTimeout: 5 * time.Second})
+}
+
+// startServerWith is startServer with the HTTP layer's options.
+func startServerWith(t *testing.T, opts routers.Options) string {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	redisOpts := delayqueue.RedisOptions{Addr: redistest.Mini(t).Addr(), DB: 1, MaxIdle: 10,
 		ConnectTimeout: time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
@@ -46,7 +52,7 @@ func startServer(t *testing.T) string {
 		}
 		pool.Close()
 	})
-	srv := httptest.NewServer(routers.New(q, routers.Options{BlockTimeout: 5 * time.Second}, logger))
+	srv := httptest.NewServer(routers.New(q, opts, logger))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
