@@ -119,7 +119,9 @@ type Worker struct {
 	Backoff func(attempts int) time.Duration
 	// StopTimeout bounds how long handlers in flight may keep running once
 	// Run's context has ended; then their context is canceled with
-	// ErrWorkerStopped. Zero means no bound: Run waits for them.
+	// ErrWorkerStopped, and a job whose handler then fails is released
+	// with no delay, for another worker to take. Zero means no bound: Run
+	// waits for them.
 	StopTimeout time.Duration
 }
 
@@ -299,7 +301,13 @@ func (r *workerRun) handle(parent context.Context, job Job) {
 		return
 	}
 
-	opts := ReleaseOptions{Attempt: job.Attempts, Delay: r.releaseDelay(ackCtx, job, err, logger)}
+	opts := ReleaseOptions{Attempt: job.Attempts}
+	if errors.Is(context.Cause(jobCtx), ErrWorkerStopped) {
+		// Not the job's fault: let another worker take it at once.
+		opts.Delay = new(time.Duration(0))
+	} else {
+		opts.Delay = r.releaseDelay(ackCtx, job, err, logger)
+	}
 	result, releaseErr := r.w.Client.Release(ackCtx, job.ID, opts)
 	switch {
 	case IsLeaseLost(releaseErr):

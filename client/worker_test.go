@@ -285,7 +285,7 @@ func TestWorker(t *testing.T) {
 			started := make(chan struct{})
 			causes := make(chan error, 1)
 			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-stoptimeout"}, Logger: testLogger(t),
-				StopTimeout: 100 * time.Millisecond, Backoff: noBackoff,
+				StopTimeout: 100 * time.Millisecond, Backoff: func(int) time.Duration { return time.Hour },
 				Handler: func(ctx context.Context, job client.Job) error {
 					close(started)
 					<-ctx.Done()
