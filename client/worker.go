@@ -91,7 +91,9 @@ func (e *retryAfterError) Unwrap() error { return e.err }
 // While a handler runs longer than half the job's ttr, the worker touches
 // the job every ttr/2 so it is not delivered to anyone else. If the server
 // says the delivery is no longer ours, the handler's context is canceled
-// with ErrLeaseLost.
+// with ErrLeaseLost; if the handler still returns nil the job is finished
+// (the work is done), and an error is only logged (a release would be
+// refused as stale).
 //
 // Delivery is at least once: a handler may see a job again, for example
 // after a crash before the finish arrived, so handlers should be idempotent.
