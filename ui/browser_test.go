@@ -332,7 +332,7 @@ const d = document.getElementById('confirm-dialog');
 return d.open && document.getElementById('confirm-text').textContent.includes('mail-dead-2');`)
 	b.click("#confirm-ok")
 	b.waitUntil("the page reports the kick", `
-return document.getElementById('dead-notice').textContent === 'Kicked mail-dead-2: it is ready again.' &&
+return document.getElementById('dead-notice').textContent === 'Kicked mail-dead-2 of mail: it is ready again.' &&
   !document.querySelector('#dead-body tr[data-id="mail-dead-2"]');`)
 	if got := s.jobState("mail-dead-2"); got != "ready" {
 		t.Fatalf("after the kick mail-dead-2 is %q, want ready", got)
@@ -504,4 +504,67 @@ return !document.getElementById('auth-panel').hidden &&
 	b.waitUntil("the page asks for the token again", `
 return !document.getElementById('auth-panel').hidden && sessionStorage.getItem('dq_auth_token') === null &&
   document.getElementById('auth-error').textContent === '';`)
+}
+
+// TestBrowserDeadLetterPagesAndBulkActions pages through a topic's dead
+// letters and empties topics with "Kick all" and "Delete all".
+func TestBrowserDeadLetterPagesAndBulkActions(t *testing.T) {
+	b := startBrowser(t)
+	s := startDashboardServer(t, "")
+	for i := range 25 {
+		s.makeDead("alpha", fmt.Sprintf("alpha-%02d", i), "{}")
+	}
+	for i := range 3 {
+		s.makeDead("beta", fmt.Sprintf("beta-%d", i), "{}")
+	}
+
+	b.open(s.url + "/ui/")
+	waitForCounts(b, map[string]map[string]int{
+		"alpha": counts(0, 0, 0, 25), "beta": counts(0, 0, 0, 3), "": counts(0, 0, 0, 28),
+	})
+	// Newest first, 20 to a page.
+	b.waitUntil("the first page of alpha", `
+const ids = [...document.querySelectorAll('#dead-body tr')].map((tr) => tr.dataset.id);
+return document.getElementById('dead-topic').value === 'alpha' && ids.length === 20 &&
+  ids[0] === 'alpha-24' && ids[19] === 'alpha-05' &&
+  document.getElementById('dead-range').textContent === '1–20 of 25' && document.getElementById('dead-prev').disabled;`)
+	b.click("#dead-next")
+	b.waitUntil("the second page of alpha", `
+const ids = [...document.querySelectorAll('#dead-body tr')].map((tr) => tr.dataset.id);
+return ids.join() === 'alpha-04,alpha-03,alpha-02,alpha-01,alpha-00' &&
+  document.getElementById('dead-range').textContent === '21–25 of 25' && document.getElementById('dead-next').disabled;`)
+
+	b.click("#dead-kick-all")
+	b.waitUntil("the confirmation asks to kick all 25", `
+return document.getElementById('confirm-dialog').open &&
+  document.getElementById('confirm-text').textContent === 'Kick all 25 dead letters of alpha back to ready?';`)
+	b.click("#confirm-ok")
+	b.waitUntil("the page reports the kick", `
+return document.getElementById('dead-notice').textContent === 'Kicked 25 dead letters of alpha.' &&
+  document.querySelectorAll('#dead-body tr').length === 0 && document.getElementById('dead-range').textContent === '';`)
+	waitForCounts(b, map[string]map[string]int{
+		"alpha": counts(0, 25, 0, 0), "beta": counts(0, 0, 0, 3), "": counts(0, 25, 0, 3),
+	})
+	for _, id := range []string{"alpha-00", "alpha-24"} {
+		if got := s.jobState(id); got != "ready" {
+			t.Errorf("after kick all %s is %q, want ready", id, got)
+		}
+	}
+
+	// The user picks beta in the list.
+	b.eval(nil, `const select = document.getElementById('dead-topic');
+select.value = 'beta'; select.dispatchEvent(new Event('change'));`)
+	b.waitUntil("the dead letters of beta", "return document.querySelectorAll('#dead-body tr').length === 3")
+	b.click("#dead-delete-all")
+	b.waitUntil("the confirmation asks to delete all 3", `
+return document.getElementById('confirm-dialog').open &&
+  document.getElementById('confirm-text').textContent === 'Delete all 3 dead letters of beta? This cannot be undone.';`)
+	b.click("#confirm-ok")
+	b.waitUntil("the page reports the deletion", `
+return document.getElementById('dead-notice').textContent === 'Deleted 3 dead letters of beta.' &&
+  document.querySelectorAll('#dead-body tr').length === 0;`)
+	waitForCounts(b, map[string]map[string]int{"alpha": counts(0, 25, 0, 0), "": counts(0, 25, 0, 0)})
+	if got := s.jobState("beta-0"); got != "" {
+		t.Errorf("after delete all beta-0 is %q, want gone", got)
+	}
 }

@@ -26,7 +26,7 @@
     topics: [], // names, sorted, from the last /stats
     deadCounts: {}, // topic → dead letters, from the last /stats
     deadTopic: '', // chosen in the dead-letter panel
-    deadTopicChosen: false, // by the user, rather than by default
+    deadTopicChosen: false, // by the user (or used: paged, acted on), rather than by default
     deadOffset: 0,
     deadTotal: 0,
     deadRendered: '', // what the dead-letter table shows, to redraw only on change
@@ -435,12 +435,14 @@
   }
 
   function setDeadTopic(name) {
-    if (name !== state.deadTopic) $('dead-notice').textContent = ''; // it was about the other topic
     state.deadTopic = name;
     state.deadOffset = 0;
   }
 
   function chooseDeadTopic(name) {
+    // Notices name their topic, so they survive the page's own switches
+    // (when a topic empties), but not the user's.
+    if (name !== state.deadTopic) $('dead-notice').textContent = '';
     setDeadTopic(name);
     state.deadTopicChosen = true;
     $('dead-topic').value = name;
@@ -520,10 +522,12 @@
   }
 
   $('dead-prev').addEventListener('click', () => {
+    state.deadTopicChosen = true;
     state.deadOffset = Math.max(0, state.deadOffset - DEAD_PAGE_SIZE);
     refreshDead().catch(() => {});
   });
   $('dead-next').addEventListener('click', () => {
+    state.deadTopicChosen = true;
     state.deadOffset += DEAD_PAGE_SIZE;
     refreshDead().catch(() => {});
   });
@@ -546,6 +550,7 @@
   // deadAction runs a confirmed change, reports it and refreshes the page.
   async function deadAction(question, okLabel, call, report) {
     if (!(await confirmAction(question, okLabel))) return;
+    state.deadTopicChosen = true; // stay on this topic, even once it is empty
     $('dead-notice').textContent = '';
     try {
       $('dead-notice').textContent = report(await call());
@@ -560,13 +565,13 @@
   function kickDead(topic, id) {
     return deadAction(`Kick dead letter “${id}” of ${topic} back to ready? Its attempts start again from 0.`, 'Kick',
       () => api('dead/kick', { topic, id }),
-      (envelope) => (envelope.data.kicked.length ? `Kicked ${id}: it is ready again.` : `${id} is no longer a dead letter of ${topic}.`));
+      (envelope) => (envelope.data.kicked.length ? `Kicked ${id} of ${topic}: it is ready again.` : `${id} is no longer a dead letter of ${topic}.`));
   }
 
   function deleteDead(topic, id) {
     return deadAction(`Delete dead letter “${id}” of ${topic}? This cannot be undone.`, 'Delete',
       () => api('dead/delete', { topic, id }),
-      (envelope) => (envelope.data.deleted ? `Deleted ${id}.` : `${id} was already gone.`));
+      (envelope) => (envelope.data.deleted ? `Deleted ${id} of ${topic}.` : `${id} of ${topic} was already gone.`));
   }
 
   $('dead-kick-all').addEventListener('click', () => {
