@@ -152,13 +152,17 @@ func (m *Metrics) topic(topic string) string {
 }
 
 // WatchQueue adds the gauges read from a queue: held pops now and, every
-// SampleInterval until ctx ends, the jobs per topic and state.
-func (m *Metrics) WatchQueue(ctx context.Context, q *delayqueue.Queue) {
+// SampleInterval until ctx ends, the jobs per topic and state. The returned
+// channel is closed when sampling has stopped: wait for it before closing
+// the queue's pool.
+func (m *Metrics) WatchQueue(ctx context.Context, q *delayqueue.Queue) <-chan struct{} {
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "delayqueue_held_pops",
 		Help: "Pops this process holds waiting for a job.",
 	}, func() float64 { return float64(q.HeldPops()) }))
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		ticker := time.NewTicker(m.opts.SampleInterval)
 		defer ticker.Stop()
 		for {
@@ -170,6 +174,7 @@ func (m *Metrics) WatchQueue(ctx context.Context, q *delayqueue.Queue) {
 			}
 		}
 	}()
+	return done
 }
 
 func (m *Metrics) sample(ctx context.Context, q *delayqueue.Queue) {

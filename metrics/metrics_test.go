@@ -37,9 +37,14 @@ func TestMetricsFromARealQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go q.Run(ctx)
-	m.WatchQueue(ctx, q)
+	runDone := make(chan struct{})
+	go func() { q.Run(ctx); close(runDone) }()
+	sampling := m.WatchQueue(ctx, q)
+	defer func() {
+		cancel()
+		<-sampling
+		<-runDone
+	}()
 	m.WatchPool(pool)
 
 	if _, err := q.Push(ctx, delayqueue.Job{Topic: "order", ID: "1", TTR: time.Minute}); err != nil {

@@ -113,16 +113,8 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			"anyone who can reach it can push, pop and delete jobs; set auth_token", "addr", listener.Addr().String())
 	}
 
-	// The queue gets its own context: it must keep running while held pops
-	// are answered and HTTP drains, and stop only after that.
-	queueCtx, stopQueue := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopQueue()
-	queueDone := make(chan error, 1)
-	go func() { queueDone <- queue.Run(queueCtx) }()
-	observer.WatchQueue(queueCtx, queue)
-	observer.WatchPool(pool)
-
 	// Webhook calls stop with held pops, first, and get their own grace.
+	// Everything that can fail is built before anything runs.
 	hooks, err := webhook.New(queue, redisOpts.Dial, webhook.Options{
 		Secret:        cfg.CallbackSecret,
 		Allow:         cfg.CallbackAllow,
@@ -134,11 +126,6 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("callback_allow: %w", err)
 	}
-	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHooks()
-	hooksDone := make(chan error, 1)
-	go func() { hooksDone <- hooks.Run(hooksCtx) }()
-
 	if cfg.DebugAddr != "" {
 		stopDebug, err := serveDebug(cfg.DebugAddr, logger)
 		if err != nil {
@@ -146,6 +133,20 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		}
 		defer stopDebug()
 	}
+
+	// The queue gets its own context: it must keep running while held pops
+	// are answered and HTTP drains, and stop only after that.
+	queueCtx, stopQueue := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopQueue()
+	queueDone := make(chan error, 1)
+	go func() { queueDone <- queue.Run(queueCtx) }()
+	sampling := observer.WatchQueue(queueCtx, queue)
+	observer.WatchPool(pool)
+
+	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHooks()
+	hooksDone := make(chan error, 1)
+	go func() { hooksDone <- hooks.Run(hooksCtx) }()
 
 	server := &http.Server{
 		Handler: routers.New(queue, routers.Options{
@@ -213,6 +214,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 			}
 		}
 	}
+	<-sampling
 	// The deferred pool.Close and mini.Close run next, in that order.
 	logger.Info("stopped")
 	return failure
