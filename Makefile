@@ -23,8 +23,9 @@ run: ## start the server on 127.0.0.1:9277 with an in-memory Redis (nothing to i
 build: ## build the binaries into bin/, with the version from git describe
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-test: ## run every test with the race detector (real-Redis tests need redis-server)
+test: ## run every test with the race detector, then fuzz the request decoding briefly
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime 10s ./routers/
 
 lint: ## check formatting (gofmt) and run go vet
 	@unformatted="$$(gofmt -l .)"; \
