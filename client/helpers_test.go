@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/client"
-	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/routers"
 )
@@ -51,27 +51,7 @@ func startServer(t *testing.T, addr string) string {
 func startServerWith(t *testing.T, addr string, opts routers.Options) string {
 	t.Helper()
 	logger := testLogger(t)
-	redisOpts := delayqueue.RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
-		ReadTimeout: 2 * serverBlockTimeout, WriteTimeout: 3 * time.Second}
-	pool := delayqueue.NewPool(redisOpts)
-	q, err := delayqueue.New(pool, delayqueue.Options{
-		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: serverBlockTimeout, Dial: redisOpts.Dial,
-	}, logger)
-	if err != nil {
-		t.Fatalf("delayqueue.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- q.Run(ctx) }()
-	t.Cleanup(func() {
-		q.StopWaiting()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("queue Run: %v", err)
-		}
-		pool.Close()
-	})
+	q := enginetest.Start(t, addr, serverBlockTimeout, logger)
 	srv := httptest.NewServer(routers.New(q, opts, logger))
 	t.Cleanup(srv.Close) // runs before the engine's cleanup
 	return srv.URL

@@ -1,7 +1,6 @@
 package routers
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -43,27 +43,7 @@ func e2eBackends() []e2eBackend {
 // stops both (engine first waited for) when the test ends.
 func e2eServer(t *testing.T, addr string) string {
 	t.Helper()
-	redisOpts := delayqueue.RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
-	pool := delayqueue.NewPool(redisOpts)
-	q, err := delayqueue.New(pool, delayqueue.Options{
-		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 5 * time.Second, Dial: redisOpts.Dial,
-	}, testLogger(t))
-	if err != nil {
-		t.Fatalf("delayqueue.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- q.Run(ctx) }()
-	t.Cleanup(func() {
-		q.StopWaiting()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		pool.Close()
-	})
+	q := enginetest.Start(t, addr, 5*time.Second, testLogger(t))
 	srv := httptest.NewServer(New(q, Options{BlockTimeout: 5 * time.Second}, testLogger(t)))
 	t.Cleanup(srv.Close) // runs before the engine's cleanup
 	return srv.URL

@@ -2,7 +2,6 @@ package routers
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -20,27 +20,7 @@ import (
 func hostileServer(t *testing.T) string {
 	t.Helper()
 	mini := redistest.Mini(t)
-	redisOpts := delayqueue.RedisOptions{Addr: mini.Addr(), DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
-	pool := delayqueue.NewPool(redisOpts)
-	q, err := delayqueue.New(pool, delayqueue.Options{
-		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 5 * time.Second, Dial: redisOpts.Dial,
-	}, testLogger(t))
-	if err != nil {
-		t.Fatalf("delayqueue.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- q.Run(ctx) }()
-	t.Cleanup(func() {
-		q.StopWaiting()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		pool.Close()
-	})
+	q := enginetest.Start(t, mini.Addr(), 5*time.Second, testLogger(t))
 	// A discarding logger: t.Log of 10 MB request lines is not useful.
 	srv := httptest.NewServer(New(q, Options{BlockTimeout: 5 * time.Second}, nil))
 	t.Cleanup(srv.Close)

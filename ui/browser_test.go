@@ -2,7 +2,6 @@ package ui
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -18,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/routers"
 )
@@ -47,27 +46,7 @@ func startDashboardServer(t *testing.T, token string) *dashboardServer {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	mini := redistest.Mini(t)
-	redisOpts := delayqueue.RedisOptions{Addr: mini.Addr(), MaxIdle: 10, ConnectTimeout: time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
-	pool := delayqueue.NewPool(redisOpts)
-	q, err := delayqueue.New(pool, delayqueue.Options{
-		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 5 * time.Second, Dial: redisOpts.Dial,
-	}, logger)
-	if err != nil {
-		t.Fatalf("delayqueue.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- q.Run(ctx) }()
-	t.Cleanup(func() {
-		q.StopWaiting()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		pool.Close()
-	})
+	q := enginetest.Start(t, mini.Addr(), 5*time.Second, logger)
 
 	// The dashboard is mounted by the API, as in the server binary.
 	srv := httptest.NewServer(routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, AuthToken: token, UI: Handler()}, logger))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +15,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/client"
-	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/routers"
 )
@@ -31,27 +30,7 @@ func startServer(t *testing.T) string {
 func startServerWith(t *testing.T, opts routers.Options) string {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	redisOpts := delayqueue.RedisOptions{Addr: redistest.Mini(t).Addr(), DB: 1, MaxIdle: 10,
-		ConnectTimeout: time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
-	pool := delayqueue.NewPool(redisOpts)
-	q, err := delayqueue.New(pool, delayqueue.Options{
-		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 5 * time.Second, Dial: redisOpts.Dial,
-	}, logger)
-	if err != nil {
-		t.Fatalf("delayqueue.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- q.Run(ctx) }()
-	t.Cleanup(func() {
-		q.StopWaiting()
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("queue Run: %v", err)
-		}
-		pool.Close()
-	})
+	q := enginetest.Start(t, redistest.Mini(t).Addr(), 5*time.Second, logger)
 	srv := httptest.NewServer(routers.New(q, opts, logger))
 	t.Cleanup(srv.Close)
 	return srv.URL

@@ -1,0 +1,42 @@
+// Package enginetest runs the real engine for tests of the packages above
+// it (HTTP, client, CLI, dashboard).
+package enginetest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/delayqueue"
+)
+
+// Start runs a Queue with the default key names on the Redis at addr (db 1)
+// until the test ends; blockTimeout is its longest pop hold. At cleanup,
+// held pops are answered, Run has returned and the pool is closed, after
+// the cleanups registered later (such as an HTTP server's Close).
+func Start(t testing.TB, addr string, blockTimeout time.Duration, logger *slog.Logger) *delayqueue.Queue {
+	t.Helper()
+	redisOpts := delayqueue.RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+		ReadTimeout: 2*blockTimeout + 5*time.Second, WriteTimeout: 3 * time.Second}
+	pool := delayqueue.NewPool(redisOpts)
+	q, err := delayqueue.New(pool, delayqueue.Options{
+		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+		BlockTimeout: blockTimeout, Dial: redisOpts.Dial,
+	}, logger)
+	if err != nil {
+		t.Fatalf("delayqueue.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- q.Run(ctx) }()
+	t.Cleanup(func() {
+		q.StopWaiting()
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("queue Run: %v", err)
+		}
+		pool.Close()
+	})
+	return q
+}
