@@ -71,3 +71,42 @@ func TestCoalescerErrorsAndCancellation(t *testing.T) {
 		t.Fatalf("first call: %v, want the batch's error", err)
 	}
 }
+
+// TestConcurrentRePushesKeepCountersRight pushes one id from many
+// goroutines at once, so that coalesced script calls replace a job created
+// earlier in the same call: the counters must still match the one job left.
+func TestConcurrentRePushesKeepCountersRight(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		var wg sync.WaitGroup
+		for i := 0; i < 60; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				topic := []string{"x", "y", "z"}[i%3]
+				delay := time.Duration(i%2) * time.Hour
+				if _, err := q.Push(context.Background(), Job{Topic: topic, ID: "same", TTR: time.Minute, Delay: delay}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		info, err := q.Get(context.Background(), "same")
+		if err != nil || info == nil {
+			t.Fatalf("get: %v, %v", info, err)
+		}
+		stats, err := q.Stats(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := TopicStats{}
+		if info.State == StateDelay {
+			want.Delay = 1
+		} else {
+			want.Ready = 1
+		}
+		if len(stats) != 1 || stats[info.Topic] != want {
+			t.Fatalf("stats %v for one job %s in %s", stats, info.State, info.Topic)
+		}
+	})
+}

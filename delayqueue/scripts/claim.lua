@@ -15,6 +15,7 @@ local now = now_ms()
 local skipped = 0
 local reply = {now, 0}
 local claimed = 0
+local moved = {} -- jobs claimed per topic, for the counters
 local first_topic = ARG + 2
 for i = first_topic, #ARGV do
   local topic = ARGV[i]
@@ -30,8 +31,7 @@ for i = first_topic, #ARGV do
       local attempts = tonumber(f[4]) + 1
       local lease = now + tonumber(f[3]) * 1000
       redis.call('HSET', job, 's', 'reserved', 'a', int(attempts), 'l', int(lease))
-      count(topic, 'ready', -1)
-      count(topic, 'reserved', 1)
+      moved[topic] = (moved[topic] or 0) + 1
       redis.call('ZADD', bucket_key(f[5]), int(lease), id)
       reply[#reply + 1] = id
       reply[#reply + 1] = topic
@@ -48,6 +48,11 @@ end
 -- other held pops are not left sleeping.
 for i = first_topic, #ARGV do
   local topic = ARGV[i]
+  if moved[topic] then
+    count(topic, 'reserved', moved[topic])
+    count(topic, 'ready', -moved[topic])
+    moved[topic] = nil -- a topic listed twice is counted once
+  end
   if redis.call('LLEN', wake_key(topic)) == 0 and redis.call('LLEN', ready_key(topic)) > 0 then
     signal(topic, 1)
   end

@@ -257,13 +257,46 @@ local function fail_delivery(id, job, reason, end_ms, override_ms, now)
 end
 
 -- remove_job deletes a job and every index entry of it. A ready-list entry
--- left behind is dropped by claim, which finds no job for it.
-local function remove_job(id, job, topic, state, k)
+-- left behind is dropped by claim, which finds no job for it. counter, when
+-- given, replaces count (see new_tally).
+local function remove_job(id, job, topic, state, k, counter)
   if state == 'delay' or state == 'reserved' then
     redis.call('ZREM', bucket_key(k), id)
   elseif state == 'dead' then
     redis.call('ZREM', dead_key(topic), id)
   end
   redis.call('DEL', job)
-  count(topic, state, -1)
+  local c = counter or count
+  c(topic, state, -1)
+end
+
+-- new_tally collects counter changes of a batch, to apply them with one
+-- HINCRBY per topic and state at the end (see apply_tally).
+local function new_tally()
+  return {topics = {}, deltas = {}}
+end
+
+local function tally_add(tally, topic, state, delta)
+  local t = tally.deltas[topic]
+  if not t then
+    t = {}
+    tally.deltas[topic] = t
+    tally.topics[#tally.topics + 1] = topic
+  end
+  t[state] = (t[state] or 0) + delta
+end
+
+-- apply_tally applies the increments first, then the decrements, so that a
+-- topic's counters never look empty halfway.
+local function apply_tally(tally)
+  for _, sign in ipairs({1, -1}) do
+    for _, topic in ipairs(tally.topics) do
+      for _, state in ipairs({'delay', 'ready', 'reserved', 'dead'}) do
+        local d = tally.deltas[topic][state]
+        if d and d * sign > 0 then
+          count(topic, state, d)
+        end
+      end
+    end
+  end
 end

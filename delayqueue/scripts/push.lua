@@ -14,6 +14,10 @@ local n = tonumber(ARGV[ARG])
 local us = now_us()
 local now = math.floor(us / 1000)
 local reply = {now}
+-- Counters and wake-up tokens are summed over the batch and applied once.
+local tally = new_tally()
+local ready_topics, ready_count, hooks_ready = {}, {}, 0
+local counter = function(topic, state, delta) tally_add(tally, topic, state, delta) end
 for j = 0, n - 1 do
   local base = ARG + 1 + j * 10
   local id, topic = ARGV[base], ARGV[base + 1]
@@ -29,7 +33,7 @@ for j = 0, n - 1 do
   else
     if old[1] then
       status = 1
-      remove_job(id, job, old[2], old[1], old[3])
+      remove_job(id, job, old[2], old[1], old[3], counter)
     end
     local state = 'delay'
     if delay_ms == 0 then
@@ -52,18 +56,29 @@ for j = 0, n - 1 do
     end
     body_fields(fields, ARGV[base + 4])
     redis.call('HSET', job, unpack(fields))
-    count(topic, state, 1)
+    tally_add(tally, topic, state, 1)
     if state == 'delay' then
       redis.call('ZADD', bucket_key(bucket_no), int(due), id)
     elseif callback ~= '' then
       redis.call('RPUSH', HOOKS, id)
-      signal_key(HOOK_WAKE, 1)
+      hooks_ready = hooks_ready + 1
     else
       redis.call('RPUSH', ready_key(topic), id)
-      signal(topic, 1)
+      if not ready_count[topic] then
+        ready_count[topic] = 0
+        ready_topics[#ready_topics + 1] = topic
+      end
+      ready_count[topic] = ready_count[topic] + 1
     end
   end
   reply[#reply + 1] = due
   reply[#reply + 1] = status
+end
+apply_tally(tally)
+for _, topic in ipairs(ready_topics) do
+  signal(topic, ready_count[topic])
+end
+if hooks_ready > 0 then
+  signal_key(HOOK_WAKE, hooks_ready)
 end
 return reply
