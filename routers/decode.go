@@ -68,33 +68,101 @@ func parseObject(body []byte, fields ...string) (jsonObject, error) {
 	}
 
 	// The object is valid JSON now: walk its members in order.
-	members := json.NewDecoder(bytes.NewReader(whole))
-	if _, err := members.Token(); err != nil { // the opening brace
-		return nil, malformedJSON(err)
-	}
-	obj := jsonObject{}
-	for members.More() {
-		token, err := members.Token()
-		if err != nil {
-			return nil, malformedJSON(err)
-		}
-		key, _ := token.(string) // object keys are strings in valid JSON
-		var value json.RawMessage
-		if err := members.Decode(&value); err != nil {
-			return nil, malformedJSON(err)
-		}
+	return collectMembers(whole, fields)
+}
+
+// collectMembers walks the members of obj, a JSON object already known to
+// be valid, and keeps those named in fields (see parseObject).
+func collectMembers(obj []byte, fields []string) (jsonObject, error) {
+	members := jsonObject{}
+	err := forEachMember(obj, func(key string, value json.RawMessage) {
 		for _, field := range fields {
 			if !strings.EqualFold(key, field) {
 				continue
 			}
 			if string(value) == "null" {
-				delete(obj, field)
+				delete(members, field)
 			} else {
-				obj[field] = value
+				members[field] = value
 			}
 		}
+	})
+	return members, err
+}
+
+// forEachMember calls fn with each key (unquoted) and raw value of obj, a
+// valid JSON object, in order. It is a plain scanner, not a decoder: the
+// bytes were validated before, so it only has to find where things end.
+func forEachMember(obj []byte, fn func(key string, value json.RawMessage)) error {
+	i := skipSpace(obj, 1) // past '{'
+	for i < len(obj) && obj[i] != '}' {
+		keyEnd := stringEnd(obj, i)
+		rawKey := obj[i:keyEnd]
+		key := string(rawKey[1 : len(rawKey)-1])
+		if bytes.IndexByte(rawKey, '\\') >= 0 {
+			if err := json.Unmarshal(rawKey, &key); err != nil {
+				return malformedJSON(err)
+			}
+		}
+		i = skipSpace(obj, keyEnd)
+		i = skipSpace(obj, i+1) // past ':'
+		valueEnd := valueEnd(obj, i)
+		fn(key, obj[i:valueEnd])
+		i = skipSpace(obj, valueEnd)
+		if i < len(obj) && obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
 	}
-	return obj, nil
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string starting at b[i] ('"').
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd returns the index just past the value starting at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = stringEnd(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	j := i
+	for j < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[j])) {
+		j++
+	}
+	return j
 }
 
 func malformedJSON(err error) error {

@@ -115,7 +115,7 @@ func decodeBatchJob(element json.RawMessage, maxJobBodyBytes int) (delayqueue.Jo
 	if element[0] != '{' {
 		return delayqueue.Job{}, fmt.Errorf("a job must be a JSON object, got %s", jsonKind(element))
 	}
-	obj, err := parseObject(element, jobFields()...)
+	obj, err := collectMembers(element, jobFields())
 	if err != nil {
 		return delayqueue.Job{}, err
 	}
@@ -129,7 +129,7 @@ func readableID(element json.RawMessage) string {
 	if element[0] != '{' {
 		return ""
 	}
-	obj, err := parseObject(element, "id")
+	obj, err := collectMembers(element, []string{"id"})
 	if err != nil {
 		return ""
 	}
@@ -340,7 +340,7 @@ func decodeCallback(raw json.RawMessage) (*delayqueue.Callback, error) {
 	if raw[0] != '{' {
 		return nil, fmt.Errorf("callback must be a JSON object with a url, got %s", jsonKind(raw))
 	}
-	obj, err := parseObject(raw, "url", "method", "headers", "timeout", "follow_redirects")
+	obj, err := collectMembers(raw, []string{"url", "method", "headers", "timeout", "follow_redirects"})
 	if err != nil {
 		return nil, fmt.Errorf("callback: %w", err)
 	}
