@@ -91,6 +91,16 @@ local body_max_chunks = 100
 
 -- body_fields appends to an HSET argument list the fields storing body:
 -- chunks b1..bn with n = count, or the whole body in b with n = -1.
+local chunk_names = {}
+local function chunk_name(i)
+  local name = chunk_names[i]
+  if not name then
+    name = 'b' .. i
+    chunk_names[i] = name
+  end
+  return name
+end
+
 local function body_fields(args, body)
   local n = math.ceil(string.len(body) / body_chunk)
   if n > body_max_chunks then
@@ -100,11 +110,14 @@ local function body_fields(args, body)
     args[#args + 1] = body
     return
   end
-  args[#args + 1] = 'n'
-  args[#args + 1] = int(n)
+  local k = #args
+  args[k + 1] = 'n'
+  args[k + 2] = n
+  k = k + 2
   for i = 1, n do
-    args[#args + 1] = 'b' .. i
-    args[#args + 1] = string.sub(body, (i - 1) * body_chunk + 1, i * body_chunk)
+    args[k + 1] = chunk_name(i)
+    args[k + 2] = string.sub(body, (i - 1) * body_chunk + 1, i * body_chunk)
+    k = k + 2
   end
 end
 

@@ -13,6 +13,8 @@
 local n = tonumber(ARGV[ARG])
 local us = now_us()
 local now = math.floor(us / 1000)
+local now_text = int(now)
+local due_base = math.ceil(us / 1000)
 local reply = {now}
 -- Counters and wake-up tokens are summed over the batch and applied once.
 local tally = new_tally()
@@ -24,7 +26,7 @@ for j = 0, n - 1 do
   local delay_ms = tonumber(ARGV[base + 2])
   local bucket_no = ARGV[base + 5]
   local job = job_key(id)
-  local due = math.ceil(us / 1000) + delay_ms
+  local due = due_base + delay_ms
   local old = redis.call('HMGET', job, 's', 't', 'k', 'd')
   local status = 0
   if old[1] and ARGV[base + 8] == '1' then
@@ -39,8 +41,9 @@ for j = 0, n - 1 do
     if delay_ms == 0 then
       state = 'ready'
     end
-    local fields = {'t', topic, 's', state, 'd', int(due), 'r', ARGV[base + 3],
-      'a', '0', 'c', int(now), 'k', bucket_no}
+    local due_text = int(due)
+    local fields = {'t', topic, 's', state, 'd', due_text, 'r', ARGV[base + 3],
+      'a', '0', 'c', now_text, 'k', bucket_no}
     local retry, max, callback = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
     if retry ~= '' then
       fields[#fields + 1] = 'rt'
@@ -58,7 +61,7 @@ for j = 0, n - 1 do
     redis.call('HSET', job, unpack(fields))
     tally_add(tally, topic, state, 1)
     if state == 'delay' then
-      redis.call('ZADD', bucket_key(bucket_no), int(due), id)
+      redis.call('ZADD', bucket_key(bucket_no), due_text, id)
     elseif callback ~= '' then
       redis.call('RPUSH', HOOKS, id)
       hooks_ready = hooks_ready + 1
