@@ -99,34 +99,45 @@ func (s *Server) start(port int) error {
 		"protected-mode no",
 	)
 	conf = append(conf, s.args[1:]...)
-	confPath := filepath.Join(s.Dir, "redis.conf")
-	if err := os.WriteFile(confPath, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
-		return err
-	}
-	logFile, err := os.Create(filepath.Join(s.Dir, "redis.log"))
+	cmd, err := startProcess(s.args[0], s.Dir, "redis", conf, s.Addr, s.tls)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(s.args[0], confPath)
+	s.cmd = cmd
+	return nil
+}
+
+// startProcess writes conf to <dir>/<name>.conf, runs bin on it with its
+// output in <dir>/<name>.log, and waits until addr answers PING. On failure
+// the process is stopped and the error carries its log.
+func startProcess(bin, dir, name string, conf []string, addr string, tlsConfig *tls.Config) (*exec.Cmd, error) {
+	confPath := filepath.Join(dir, name+".conf")
+	if err := os.WriteFile(confPath, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child keeps its own descriptor
+	cmd := exec.Command(bin, confPath)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return err
+		return nil, err
 	}
-	s.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(s.Addr, s.tls) == nil {
-			return nil
+		if ping(addr, tlsConfig) == nil {
+			return cmd, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	s.cmd = nil
-	out, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-	return fmt.Errorf("redis-server on %s did not answer PING: %s", s.Addr, out)
+	out, _ := os.ReadFile(logPath)
+	return nil, fmt.Errorf("%s on %s did not answer PING: %s", filepath.Base(bin), addr, out)
 }
 
 // Stop kills the server (if still running) and waits for it.
