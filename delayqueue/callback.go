@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -89,7 +90,7 @@ func (q *Queue) ClaimCallbacks(ctx context.Context, count int) ([]CallbackDelive
 		if _, err := redis.Scan(rest[:5], &d.ID, &d.Topic, &d.Attempts, &d.Body, &cb); err != nil {
 			return out, fmt.Errorf("claim callbacks: reply: %w", err)
 		}
-		if err := jsonUnmarshalString(cb, &d.Callback); err != nil {
+		if err := json.Unmarshal([]byte(cb), &d.Callback); err != nil {
 			q.log.Warn("stored callback is unreadable", "job_id", d.ID, "err", err)
 		}
 		out = append(out, d)

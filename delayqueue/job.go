@@ -224,8 +224,6 @@ func atoi(s string) int64 {
 	return n
 }
 
-func jsonUnmarshalString(s string, v any) error { return json.Unmarshal([]byte(s), v) }
-
 // removal is finish.lua's or delete.lua's outcome for one id.
 type removal struct {
 	status int64
