@@ -371,11 +371,12 @@ func TestEndToEndLifecycle(t *testing.T) {
 	}
 }
 
-// A job with retry [1] and max_attempts 2: released twice, it ends in the
+// A job with retry [1] and max_attempts 2 (and a ttr long enough never to
+// run out here): released twice, it ends in the
 // dead letters; kicked, it is delivered afresh.
 func e2eRetryToDead(t *testing.T, url string) {
 	before := time.Now()
-	mustSucceed(t, url, "/push", `{"topic":"life","id":"L1","ttr":1,"retry":[1],"max_attempts":2,"body":"work"}`)
+	mustSucceed(t, url, "/push", `{"topic":"life","id":"L1","ttr":10,"retry":[1],"max_attempts":2,"body":"work"}`)
 	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateReady || !slices.Equal(job.Retry, []int{1}) ||
 		job.MaxAttempts != 2 || job.CreatedAtMS < before.UnixMilli()-2000 || job.CreatedAt != job.CreatedAtMS/1000 {
 		t.Fatalf("get after push: %+v", job)
