@@ -53,6 +53,8 @@ const (
 	// coalescerSlots bounds the script calls of one kind in flight at once;
 	// calls arriving meanwhile share the next one.
 	coalescerSlots = 8
+	// maxClaimsPerCall bounds the jobs one shared claim script may take.
+	maxClaimsPerCall = 500
 	// Dead letters kept per topic, and for how long.
 	defaultDeadMaxPerTopic = 10000
 	defaultDeadTTL         = 7 * 24 * time.Hour
@@ -84,8 +86,9 @@ type Queue struct {
 	held        atomic.Int64
 	obs         Observer
 
-	// Concurrent pushes, finishes and deletes share script calls.
+	// Concurrent pushes, claims, finishes and deletes share script calls.
 	pushes   *coalescer[pushCall, pushReply]
+	claims   *coalescer[claimCall, []*Delivery]
 	finishes *coalescer[[]any, []removal]
 	deletes  *coalescer[[]any, []removal]
 }
@@ -155,6 +158,7 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		obs:         opts.Observer,
 	}
 	q.pushes = newCoalescer(coalescerSlots, MaxPushBatchJobs, func(c pushCall) int { return c.jobs }, q.execPushes)
+	q.claims = newCoalescer(coalescerSlots, maxClaimsPerCall, func(c claimCall) int { return c.count }, q.execClaims)
 	idCount := func(ids []any) int { return len(ids) }
 	q.finishes = newCoalescer(coalescerSlots, MaxIDsPerCall, idCount, q.execRemovals(sc.finish))
 	q.deletes = newCoalescer(coalescerSlots, MaxIDsPerCall, idCount, q.execRemovals(sc.remove))

@@ -249,30 +249,66 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 	return res.deliveries, res.err
 }
 
-// claim runs the claim script once for topics.
+// claimCall is one pop request's claim: up to count jobs of topics.
+type claimCall struct {
+	topics []string
+	count  int
+}
+
+// claim claims up to count jobs of topics, in one script call shared with
+// the claims of other concurrent pops.
 func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Delivery, error) {
-	args := make([]any, 0, 2+len(topics))
-	args = append(args, count, maxStaleSkips)
-	for _, t := range topics {
-		args = append(args, t)
-	}
-	reply, err := redis.Values(q.eval(ctx, q.scripts.claim, nil, args...))
+	ds, err := q.claims.do(ctx, claimCall{topics: topics, count: count})
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	var ds []*Delivery
-	for rest := reply[2:]; len(rest) >= 5; rest = rest[5:] {
-		var (
-			id, topic, body string
-			ttr, attempts   int64
-		)
-		if _, err := redis.Scan(rest[:5], &id, &topic, &ttr, &attempts, &body); err != nil {
-			return ds, fmt.Errorf("claim: reply: %w", err)
-		}
-		ds = append(ds, &Delivery{ID: id, Topic: topic, Body: body, TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)})
-		q.obs.JobDelivered(topic, int(attempts))
+	for _, d := range ds {
+		q.obs.JobDelivered(d.Topic, d.Attempts)
 	}
 	return ds, nil
+}
+
+// execClaims runs several pops' claims in one claim.lua call.
+func (q *Queue) execClaims(ctx context.Context, calls []claimCall) ([][]*Delivery, error) {
+	args := make([]any, 0, 2+3*len(calls))
+	args = append(args, len(calls), maxStaleSkips)
+	for _, c := range calls {
+		args = append(args, c.count, len(c.topics))
+		for _, t := range c.topics {
+			args = append(args, t)
+		}
+	}
+	reply, err := redis.Values(q.eval(ctx, q.scripts.claim, nil, args...))
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]*Delivery, len(calls))
+	rest := reply[1:]
+	for i := range calls {
+		if len(rest) < 2 {
+			return nil, fmt.Errorf("reply: cut short")
+		}
+		claimed, err := redis.Int(rest[1], nil)
+		if err != nil {
+			return nil, fmt.Errorf("reply: %w", err)
+		}
+		rest = rest[2:]
+		if len(rest) < 5*claimed {
+			return nil, fmt.Errorf("reply: cut short")
+		}
+		for j := 0; j < claimed; j++ {
+			var (
+				id, topic, body string
+				ttr, attempts   int64
+			)
+			if _, err := redis.Scan(rest[:5], &id, &topic, &ttr, &attempts, &body); err != nil {
+				return nil, fmt.Errorf("reply: %w", err)
+			}
+			out[i] = append(out[i], &Delivery{ID: id, Topic: topic, Body: body, TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)})
+			rest = rest[5:]
+		}
+	}
+	return out, nil
 }
 
 // unclaim gives back a delivery no consumer received. Failing that, the job
