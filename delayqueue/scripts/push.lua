@@ -18,7 +18,8 @@ local due_base = math.ceil(us / 1000)
 local reply = {now}
 -- Counters and wake-up tokens are summed over the batch and applied once.
 local tally = new_tally()
-local ready_topics, ready_count, hooks_ready = {}, {}, 0
+local ready_topics, ready_ids, hooks_ready = {}, {}, 0
+local buckets, bucket_entries = {}, {}
 local counter = function(topic, state, delta) tally_add(tally, topic, state, delta) end
 for j = 0, n - 1 do
   local base = ARG + 1 + j * 10
@@ -60,26 +61,47 @@ for j = 0, n - 1 do
     body_fields(fields, ARGV[base + 4])
     redis.call('HSET', job, unpack(fields))
     tally_add(tally, topic, state, 1)
+    -- Index entries are added after the loop, one command per list or
+    -- bucket: a job replaced later in the batch was removed from them above,
+    -- so the loop appends them again only for the final version.
     if state == 'delay' then
-      redis.call('ZADD', bucket_key(bucket_no), due_text, id)
+      local entries = bucket_entries[bucket_no]
+      if not entries then
+        entries = {}
+        bucket_entries[bucket_no] = entries
+        buckets[#buckets + 1] = bucket_no
+      end
+      entries[#entries + 1] = due_text
+      entries[#entries + 1] = id
     elseif callback ~= '' then
       redis.call('RPUSH', HOOKS, id)
       hooks_ready = hooks_ready + 1
     else
-      redis.call('RPUSH', ready_key(topic), id)
-      if not ready_count[topic] then
-        ready_count[topic] = 0
+      local ids = ready_ids[topic]
+      if not ids then
+        ids = {}
+        ready_ids[topic] = ids
         ready_topics[#ready_topics + 1] = topic
       end
-      ready_count[topic] = ready_count[topic] + 1
+      ids[#ids + 1] = id
     end
   end
   reply[#reply + 1] = due
   reply[#reply + 1] = status
 end
 apply_tally(tally)
+for _, bucket_no in ipairs(buckets) do
+  local entries = bucket_entries[bucket_no]
+  for i = 1, #entries, 400 do
+    redis.call('ZADD', bucket_key(bucket_no), unpack(entries, i, math.min(i + 399, #entries)))
+  end
+end
 for _, topic in ipairs(ready_topics) do
-  signal(topic, ready_count[topic])
+  local ids = ready_ids[topic]
+  for i = 1, #ids, 200 do
+    redis.call('RPUSH', ready_key(topic), unpack(ids, i, math.min(i + 199, #ids)))
+  end
+  signal(topic, #ids)
 end
 if hooks_ready > 0 then
   signal_key(HOOK_WAKE, hooks_ready)
