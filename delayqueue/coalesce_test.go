@@ -110,3 +110,49 @@ func TestConcurrentRePushesKeepCountersRight(t *testing.T) {
 		}
 	})
 }
+
+// TestOneScriptCallPushingAnIDTwice runs two pushes of one id in a single
+// push.lua call, as the coalescer may: the later one wins, with no stale
+// index entry delivering the job early or twice.
+func TestOneScriptCallPushingAnIDTwice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name          string
+			first, second Job
+			wantState     string
+		}{
+			{"ready then delayed", Job{Topic: "a", ID: "x1", TTR: time.Minute}, Job{Topic: "a", ID: "x1", TTR: time.Minute, Delay: time.Hour}, StateDelay},
+			{"delayed then ready", Job{Topic: "b", ID: "x2", TTR: time.Minute, Delay: time.Hour}, Job{Topic: "b", ID: "x2", TTR: time.Minute, Body: "2nd"}, StateReady},
+			{"ready then ready elsewhere", Job{Topic: "c", ID: "x3", TTR: time.Minute}, Job{Topic: "d", ID: "x3", TTR: time.Minute, Body: "2nd"}, StateReady},
+		} {
+			first, _ := q.pushArgs(tc.first)
+			second, _ := q.pushArgs(tc.second)
+			if _, err := q.execPushes(ctx, []pushCall{{jobs: 1, args: first}, {jobs: 1, args: second}}); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			info, _ := q.Get(ctx, tc.second.ID)
+			if info == nil || info.State != tc.wantState || info.Topic != tc.second.Topic {
+				t.Fatalf("%s: get = %+v", tc.name, info)
+			}
+			scanAll(t, q)
+			ds, err := q.PopBatch(ctx, []string{"a", "b", "c", "d"}, 10, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantState == StateDelay && len(ds) != 0 {
+				t.Fatalf("%s: a job due in an hour was delivered: %+v", tc.name, ds[0])
+			}
+			if tc.wantState == StateReady && (len(ds) != 1 || ds[0].Body != "2nd" || ds[0].Topic != tc.second.Topic) {
+				t.Fatalf("%s: popped %d jobs, want the second version once", tc.name, len(ds))
+			}
+			stats, _ := q.Stats(ctx, tc.second.Topic)
+			total := stats[tc.second.Topic]
+			if total.Delay+total.Ready+total.Reserved != 1 {
+				t.Fatalf("%s: stats %+v for one job", tc.name, total)
+			}
+			q.Delete(ctx, tc.second.ID)
+		}
+	})
+}

@@ -97,20 +97,11 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 	}
 	args := make([]any, 0, 10*len(jobs))
 	for _, job := range jobs {
-		ttr, retry, callback := job.TTR, job.Retry, ""
-		if job.Callback != nil {
-			ttr = callbackLease(job.Callback)
-			if len(retry) == 0 && job.MaxAttempts == 0 {
-				retry = DefaultCallbackRetry
-			}
-			b, err := json.Marshal(job.Callback)
-			if err != nil {
-				return nil, fmt.Errorf("push %s: callback: %w", job.ID, err)
-			}
-			callback = string(b)
+		jobArgs, err := q.pushArgs(job)
+		if err != nil {
+			return nil, err
 		}
-		args = append(args, job.ID, job.Topic, job.Delay.Milliseconds(), int64(ttr/time.Second), job.Body,
-			q.keys.bucketNumber(job.ID), retryCSV(retry), job.MaxAttempts, boolArg(job.IfAbsent), callback)
+		args = append(args, jobArgs...)
 	}
 	reply, err := q.pushes.do(ctx, pushCall{jobs: len(jobs), args: args})
 	if err != nil {
@@ -184,4 +175,22 @@ func (q *Queue) execPushes(ctx context.Context, calls []pushCall) ([]pushReply, 
 		rest = rest[2*c.jobs:]
 	}
 	return out, nil
+}
+
+// pushArgs are push.lua's 10 arguments for one job.
+func (q *Queue) pushArgs(job Job) ([]any, error) {
+	ttr, retry, callback := job.TTR, job.Retry, ""
+	if job.Callback != nil {
+		ttr = callbackLease(job.Callback)
+		if len(retry) == 0 && job.MaxAttempts == 0 {
+			retry = DefaultCallbackRetry
+		}
+		b, err := json.Marshal(job.Callback)
+		if err != nil {
+			return nil, fmt.Errorf("push %s: callback: %w", job.ID, err)
+		}
+		callback = string(b)
+	}
+	return []any{job.ID, job.Topic, job.Delay.Milliseconds(), int64(ttr / time.Second), job.Body,
+		q.keys.bucketNumber(job.ID), retryCSV(retry), job.MaxAttempts, boolArg(job.IfAbsent), callback}, nil
 }
