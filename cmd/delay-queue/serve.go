@@ -108,6 +108,10 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on bind_address %s: %w", cfg.BindAddress, err)
 	}
+	if cfg.AuthToken != "" && len(cfg.AuthToken) < config.MinAuthTokenBytes {
+		logger.Warn("auth_token is short and could be guessed: use a random string of at least 16 characters, e.g. openssl rand -hex 32",
+			"length", len(cfg.AuthToken))
+	}
 	if exposedWithoutAuth(listener.Addr(), cfg.AuthToken) {
 		logger.Warn("bind_address is not a loopback address and the API has no authentication: "+
 			"anyone who can reach it can push, pop and delete jobs; set auth_token", "addr", listener.Addr().String())
