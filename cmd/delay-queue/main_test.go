@@ -651,9 +651,9 @@ func TestRunMaxHeldPops(t *testing.T) {
 // A bad token from the environment stops the start, naming the variable
 // but not the value.
 func TestRunRejectsBadEnvToken(t *testing.T) {
-	t.Setenv("DQ_AUTH_TOKEN", "tiny-env-secret")
+	t.Setenv("DQ_AUTH_TOKEN", "bad env secret with spaces")
 	_, _, err := runShort(t, "-embedded", "-c", writeConf(t, "bind_address = 127.0.0.1:0"))
-	if err == nil || !strings.Contains(err.Error(), "DQ_AUTH_TOKEN") || strings.Contains(err.Error(), "tiny-env-secret") {
+	if err == nil || !strings.Contains(err.Error(), "DQ_AUTH_TOKEN") || strings.Contains(err.Error(), "bad env secret") {
 		t.Fatalf("run error = %v, want one naming DQ_AUTH_TOKEN without the value", err)
 	}
 }
