@@ -343,8 +343,6 @@ func TestParseErrors(t *testing.T) {
 		{"empty key prefix", "key_prefix =", []string{"key_prefix is empty"}},
 		{"zero max body", "max_body_bytes = 0", []string{"max_body_bytes = 0"}},
 		{"zero max job body", "max_job_body_bytes = 0", []string{"max_job_body_bytes = 0"}},
-		{"job body above request body", "max_body_bytes = 100\nmax_job_body_bytes = 101",
-			[]string{"max_job_body_bytes = 101", "max_body_bytes = 100"}},
 		{"job body above redis limit", "max_body_bytes = 9999999999\nmax_job_body_bytes = 9999999999",
 			[]string{"max_job_body_bytes = 9999999999"}},
 		{"zero read header timeout", "read_header_timeout = 0", []string{"read_header_timeout = 0"}},
@@ -361,8 +359,7 @@ func TestParseErrors(t *testing.T) {
 		{"zero held pops", "max_held_pops = 0", []string{"max_held_pops = 0", "at least 1"}},
 		{"negative held pops", "max_held_pops = -5", []string{"max_held_pops = -5"}},
 		{"zero callback concurrency", "callback_concurrency = 0", []string{"callback_concurrency = 0", "at least 1"}},
-		{"per host above concurrency", "callback_per_host = 64", []string{"callback_per_host = 64", "callback_concurrency"}},
-		{"grace not below shutdown", "callback_shutdown_grace = 30", []string{"callback_shutdown_grace = 30", "shutdown_timeout"}},
+		{"zero per host", "callback_per_host = 0", []string{"callback_per_host = 0", "at least 1"}},
 		{"empty allow item", "callback_allow = 10.0.0.0/8,,x", []string{"callback_allow"}},
 		{"no dead letters kept", "dead_max_per_topic = 0", []string{"dead_max_per_topic = 0"}},
 		{"debug address without port", "debug_addr = localhost", []string{"debug_addr", "host:port"}},
@@ -707,5 +704,24 @@ func TestEmbeddedIgnoresRemoteSettings(t *testing.T) {
 	cfg.Redis.Host = EmbeddedHost
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("Validate() = %v, want nil", err)
+	}
+}
+
+// Lowering one key alone never stops a start: related limits are capped
+// where they are used.
+func TestLimitsCappedByRelatedKeys(t *testing.T) {
+	cfg, _, err := Parse([]byte("max_body_bytes = 1024\nshutdown_timeout = 4\ncallback_concurrency = 2\n"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if got := cfg.JobBodyLimit(); got != 1024 {
+		t.Errorf("JobBodyLimit() = %d, want max_body_bytes (1024)", got)
+	}
+	perHost, grace := cfg.CallbackLimits()
+	if perHost != 2 || grace != 2*time.Second {
+		t.Errorf("CallbackLimits() = %d, %v; want 2 (callback_concurrency), 2s (half of shutdown_timeout)", perHost, grace)
+	}
+	if got, _ := Default().CallbackLimits(); got != 4 {
+		t.Errorf("default per host = %d, want 4", got)
 	}
 }

@@ -54,12 +54,11 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1 {
 		add("max_body_bytes = %d: must be at least 1", c.MaxBodyBytes)
 	}
-	switch {
-	case c.MaxJobBodyBytes < 1 || c.MaxJobBodyBytes > MaxJobBodyLimit:
+	// A max_job_body_bytes above max_body_bytes is not an error: the request
+	// limit then applies first (a conf that lowers only max_body_bytes must
+	// still start).
+	if c.MaxJobBodyBytes < 1 || c.MaxJobBodyBytes > MaxJobBodyLimit {
 		add("max_job_body_bytes = %d: must be between 1 and %d", c.MaxJobBodyBytes, MaxJobBodyLimit)
-	case c.MaxBodyBytes >= 1 && c.MaxJobBodyBytes > c.MaxBodyBytes:
-		add("max_job_body_bytes = %d: must not exceed max_body_bytes = %d, or no request could carry such a job",
-			c.MaxJobBodyBytes, c.MaxBodyBytes)
 	}
 	for _, d := range []struct {
 		key   string
@@ -76,11 +75,14 @@ func (c Config) Validate() error {
 	if c.CallbackConcurrency < 1 {
 		add("callback_concurrency = %d: must be at least 1", c.CallbackConcurrency)
 	}
-	if c.CallbackPerHost < 1 || c.CallbackPerHost > c.CallbackConcurrency {
-		add("callback_per_host = %d: must be between 1 and callback_concurrency (%d)", c.CallbackPerHost, c.CallbackConcurrency)
+	// Above callback_concurrency, callback_per_host and a grace not below
+	// shutdown_timeout are capped where they are used (see
+	// CallbackLimits), so that lowering one key alone never stops a start.
+	if c.CallbackPerHost < 1 {
+		add("callback_per_host = %d: must be at least 1", c.CallbackPerHost)
 	}
-	if c.CallbackShutdownGrace < time.Second || c.CallbackShutdownGrace >= c.ShutdownTimeout {
-		add("callback_shutdown_grace = %s: must be at least 1 and below shutdown_timeout (%s)", seconds(c.CallbackShutdownGrace), seconds(c.ShutdownTimeout))
+	if c.CallbackShutdownGrace < time.Second {
+		add("callback_shutdown_grace = %s: must be at least 1", seconds(c.CallbackShutdownGrace))
 	}
 	if c.DeadMaxPerTopic < 1 {
 		add("dead_max_per_topic = %d: must be at least 1", c.DeadMaxPerTopic)
@@ -257,4 +259,24 @@ func millis(d time.Duration) string {
 		return strconv.FormatInt(int64(d/time.Millisecond), 10)
 	}
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
+}
+
+// CallbackLimits returns the webhook calls in flight per host and the
+// shutdown grace of webhook calls as the server applies them: per host at
+// most callback_concurrency, and the grace at most half of shutdown_timeout.
+func (c Config) CallbackLimits() (perHost int, grace time.Duration) {
+	perHost, grace = c.CallbackPerHost, c.CallbackShutdownGrace
+	if perHost > c.CallbackConcurrency {
+		perHost = c.CallbackConcurrency
+	}
+	if grace > c.ShutdownTimeout/2 {
+		grace = c.ShutdownTimeout / 2
+	}
+	return perHost, grace
+}
+
+// JobBodyLimit is the largest job body a request can carry: the smaller of
+// max_job_body_bytes and max_body_bytes.
+func (c Config) JobBodyLimit() int64 {
+	return min(c.MaxJobBodyBytes, c.MaxBodyBytes)
 }

@@ -119,12 +119,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	// Webhook calls stop with held pops, first, and get their own grace.
 	// Everything that can fail is built before anything runs.
+	perHost, grace := cfg.CallbackLimits()
 	hooks, err := webhook.New(queue, redisOpts.Dial, webhook.Options{
 		Secret:        cfg.CallbackSecret,
 		Allow:         cfg.CallbackAllow,
 		Concurrency:   cfg.CallbackConcurrency,
-		PerHost:       cfg.CallbackPerHost,
-		ShutdownGrace: cfg.CallbackShutdownGrace,
+		PerHost:       perHost,
+		ShutdownGrace: grace,
 		Metrics:       observer,
 	}, logger)
 	if err != nil {
@@ -155,7 +156,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	server := &http.Server{
 		Handler: routers.New(queue, routers.Options{
 			MaxBodyBytes:    cfg.MaxBodyBytes,
-			MaxJobBodyBytes: int(cfg.MaxJobBodyBytes),
+			MaxJobBodyBytes: int(cfg.JobBodyLimit()),
 			BlockTimeout:    cfg.QueueBlockTimeout,
 			MaxHeldPops:     cfg.MaxHeldPops,
 			AuthToken:       cfg.AuthToken,
