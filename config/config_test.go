@@ -360,6 +360,7 @@ func TestParseErrors(t *testing.T) {
 		{"negative held pops", "max_held_pops = -5", []string{"max_held_pops = -5"}},
 		{"zero callback concurrency", "callback_concurrency = 0", []string{"callback_concurrency = 0", "at least 1"}},
 		{"zero per host", "callback_per_host = 0", []string{"callback_per_host = 0", "at least 1"}},
+		{"negative read timeout", "redis.read_timeout = -1", []string{"redis.read_timeout = -1"}},
 		{"empty allow item", "callback_allow = 10.0.0.0/8,,x", []string{"callback_allow"}},
 		{"no dead letters kept", "dead_max_per_topic = 0", []string{"dead_max_per_topic = 0"}},
 		{"debug address without port", "debug_addr = localhost", []string{"debug_addr", "host:port"}},
@@ -723,5 +724,12 @@ func TestLimitsCappedByRelatedKeys(t *testing.T) {
 	}
 	if got, _ := Default().CallbackLimits(); got != 4 {
 		t.Errorf("default per host = %d, want 4", got)
+	}
+}
+
+// redis.read_timeout = 0 means no timeout: no held pop can hit it.
+func TestNoReadTimeoutIsValid(t *testing.T) {
+	if _, _, err := Parse([]byte("redis.read_timeout = 0\n")); err != nil {
+		t.Fatalf("Parse: %v", err)
 	}
 }

@@ -44,7 +44,7 @@ func (c Config) Validate() error {
 	}
 	if c.QueueBlockTimeout < time.Second {
 		add("queue_block_timeout = %s: must be at least 1", seconds(c.QueueBlockTimeout))
-	} else if c.QueueBlockTimeout >= c.Redis.ReadTimeout {
+	} else if c.Redis.ReadTimeout > 0 && c.QueueBlockTimeout >= c.Redis.ReadTimeout {
 		add("queue_block_timeout = %s (seconds): must be below redis.read_timeout = %s (milliseconds), or a held pop hits the read timeout",
 			seconds(c.QueueBlockTimeout), millis(c.Redis.ReadTimeout))
 	}
@@ -132,6 +132,9 @@ func (c Config) Validate() error {
 	}
 	if c.Redis.ConnectTimeout < 0 {
 		add("redis.connect_timeout = %s: must not be negative (0 means no timeout)", millis(c.Redis.ConnectTimeout))
+	}
+	if c.Redis.ReadTimeout < 0 {
+		add("redis.read_timeout = %s: must not be negative (0 means no timeout)", millis(c.Redis.ReadTimeout))
 	}
 	if c.Redis.WriteTimeout < 0 {
 		add("redis.write_timeout = %s: must not be negative (0 means no timeout)", millis(c.Redis.WriteTimeout))
