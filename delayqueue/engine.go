@@ -203,7 +203,7 @@ func (q *Queue) Run(ctx context.Context) error {
 	go func() {
 		<-ctx.Done()
 		for _, l := range q.loops {
-			l.interrupt()
+			go l.interrupt()
 		}
 	}()
 	wg.Wait()
