@@ -200,11 +200,19 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 	// Blocked loops would see ctx only when their BLPOP times out: wake
 	// them, so a shutdown does not wait for it.
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		<-ctx.Done()
+		var interrupts sync.WaitGroup
 		for _, l := range q.loops {
-			go l.interrupt()
+			interrupts.Add(1)
+			go func() {
+				defer interrupts.Done()
+				l.interrupt()
+			}()
 		}
+		interrupts.Wait()
 	}()
 	wg.Wait()
 	return nil
