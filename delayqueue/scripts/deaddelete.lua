@@ -4,12 +4,7 @@
 -- ARGV[ARG] topic, ARGV[ARG+1] id ('' for a batch), ARGV[ARG+2] batch size.
 -- Reply: the number deleted.
 local topic, id = ARGV[ARG], ARGV[ARG + 1]
-local ids
-if id ~= '' then
-  ids = {id}
-else
-  ids = redis.call('ZRANGE', dead_key(topic), 0, tonumber(ARGV[ARG + 2]) - 1)
-end
+local ids = dead_ids(topic, id, tonumber(ARGV[ARG + 2]))
 local deleted = 0
 for _, id in ipairs(ids) do
   local job = job_key(id)

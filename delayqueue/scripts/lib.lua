@@ -313,3 +313,31 @@ local function apply_tally(tally)
     end
   end
 end
+
+-- held_delivery reads a job a consumer acts on by its delivery (release,
+-- touch) with fields..., and checks it: it returns the fields, or a refusal
+-- reply {status, state or '', 0}: 0 unknown id, -1 not reserved (the state
+-- given), -2 stale delivery (attempt, when not '0', is not the job's
+-- current one). The first two fields read must be 's' and 'a'.
+local function held_delivery(job, attempt, ...)
+  local f = redis.call('HMGET', job, ...)
+  if not f[1] then
+    return nil, {0, '', 0}
+  end
+  if f[1] ~= 'reserved' then
+    return nil, {-1, f[1], 0}
+  end
+  if attempt ~= '0' and attempt ~= f[2] then
+    return nil, {-2, f[1], 0}
+  end
+  return f, nil
+end
+
+-- dead_ids is the dead letters of a topic an operation is about: the one
+-- id given, or (id '') the n oldest.
+local function dead_ids(topic, id, n)
+  if id ~= '' then
+    return {id}
+  end
+  return redis.call('ZRANGE', dead_key(topic), 0, n - 1)
+end

@@ -11,15 +11,9 @@
 -- -1 not reserved (state given), -2 stale delivery (attempt differs).
 local id = ARGV[ARG]
 local job = job_key(id)
-local f = redis.call('HMGET', job, 's', 'a', 'k', 't')
-if not f[1] then
-  return {0, '', 0}
-end
-if f[1] ~= 'reserved' then
-  return {-1, f[1], 0}
-end
-if ARGV[ARG + 2] ~= '0' and ARGV[ARG + 2] ~= f[2] then
-  return {-2, f[1], 0}
+local f, refusal = held_delivery(job, ARGV[ARG + 2], 's', 'a', 'k', 't')
+if refusal then
+  return refusal
 end
 local now = now_ms()
 local override = tonumber(ARGV[ARG + 1])

@@ -5,15 +5,9 @@
 -- id, -1 not reserved (state given), -2 stale delivery.
 local id = ARGV[ARG]
 local job = job_key(id)
-local f = redis.call('HMGET', job, 's', 'a', 'k', 'r')
-if not f[1] then
-  return {0, '', 0}
-end
-if f[1] ~= 'reserved' then
-  return {-1, f[1], 0}
-end
-if ARGV[ARG + 1] ~= '0' and ARGV[ARG + 1] ~= f[2] then
-  return {-2, f[1], 0}
+local f, refusal = held_delivery(job, ARGV[ARG + 1], 's', 'a', 'k', 'r')
+if refusal then
+  return refusal
 end
 local lease = now_ms() + tonumber(f[4]) * 1000
 redis.call('HSET', job, 'l', int(lease))
