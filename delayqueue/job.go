@@ -102,10 +102,10 @@ func (q *Queue) Release(ctx context.Context, id string, delay *time.Duration, at
 	return q.leaseChange(ctx, "release", q.scripts.release, id, override, attempt, ReasonReleased)
 }
 
-// Touch extends a reserved job's lease to now + ttr and returns its end.
-func (q *Queue) Touch(ctx context.Context, id string, attempt int) (time.Time, error) {
-	_, until, err := q.leaseChange(ctx, "touch", q.scripts.touch, id, attempt)
-	return until, err
+// Touch extends a reserved job's lease to now + ttr and returns the job's
+// state (the one found, when refused) and the lease's new end.
+func (q *Queue) Touch(ctx context.Context, id string, attempt int) (string, time.Time, error) {
+	return q.leaseChange(ctx, "touch", q.scripts.touch, id, attempt)
 }
 
 func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script, id string, args ...any) (string, time.Time, error) {

@@ -134,12 +134,12 @@ func TestReleaseTouchTransitions(t *testing.T) {
 			want error
 		}{
 			{"release unknown", func() error { _, _, err := q.Release(ctx, "nope", nil, 0); return err }, ErrNotFound},
-			{"touch unknown", func() error { _, err := q.Touch(ctx, "nope", 0); return err }, ErrNotFound},
+			{"touch unknown", func() error { _, _, err := q.Touch(ctx, "nope", 0); return err }, ErrNotFound},
 			{"release delayed", func() error { _, _, err := q.Release(ctx, "delayed", nil, 0); return err }, ErrNotReserved},
-			{"touch delayed", func() error { _, err := q.Touch(ctx, "delayed", 0); return err }, ErrNotReserved},
-			{"touch stale attempt", func() error { _, err := q.Touch(ctx, "held", 2); return err }, ErrStaleDelivery},
+			{"touch delayed", func() error { _, _, err := q.Touch(ctx, "delayed", 0); return err }, ErrNotReserved},
+			{"touch stale attempt", func() error { _, _, err := q.Touch(ctx, "held", 2); return err }, ErrStaleDelivery},
 			{"release stale attempt", func() error { _, _, err := q.Release(ctx, "held", nil, 7); return err }, ErrStaleDelivery},
-			{"touch current attempt", func() error { _, err := q.Touch(ctx, "held", 1); return err }, nil},
+			{"touch current attempt", func() error { _, _, err := q.Touch(ctx, "held", 1); return err }, nil},
 			{"release with delay 0", func() error { _, _, err := q.Release(ctx, "held", &zero, 1); return err }, nil},
 			{"release again", func() error { _, _, err := q.Release(ctx, "held", nil, 0); return err }, ErrNotReserved},
 		} {
@@ -152,7 +152,7 @@ func TestReleaseTouchTransitions(t *testing.T) {
 			t.Fatalf("pop after release = %+v", d)
 		}
 		// Touch keeps a job past its ttr.
-		until, err := q.Touch(ctx, "held", 2)
+		_, until, err := q.Touch(ctx, "held", 2)
 		if err != nil || time.Until(until) < time.Second {
 			t.Fatalf("touch = %v, %v", until, err)
 		}

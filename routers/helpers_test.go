@@ -145,9 +145,9 @@ func (f *fakeQueue) Release(ctx context.Context, id string, delay *time.Duration
 	return f.state, f.due, f.errOf("release")
 }
 
-func (f *fakeQueue) Touch(ctx context.Context, id string, attempt int) (time.Time, error) {
+func (f *fakeQueue) Touch(ctx context.Context, id string, attempt int) (string, time.Time, error) {
 	f.record(queueCall{op: "touch", id: id, attempt: attempt})
-	return f.leaseUntil, f.errOf("touch")
+	return f.state, f.leaseUntil, f.errOf("touch")
 }
 
 func (f *fakeQueue) DeadList(ctx context.Context, topic string, offset, limit int) ([]delayqueue.JobInfo, int, error) {

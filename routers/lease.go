@@ -105,16 +105,8 @@ func (h *handler) touch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteJob(r, "", req.ID)
-	until, err := h.queue.Touch(r.Context(), req.ID, req.Attempt)
+	state, until, err := h.queue.Touch(r.Context(), req.ID, req.Attempt)
 	if err != nil {
-		state := ""
-		if errors.Is(err, delayqueue.ErrNotReserved) {
-			// Touch does not report the state it found; look it up for
-			// the message only (it may have moved on since).
-			if info, getErr := h.queue.Get(r.Context(), req.ID); getErr == nil && info != nil {
-				state = info.State
-			}
-		}
 		h.failLeaseChange(w, r, "touch", err, state, req.Attempt)
 		return
 	}

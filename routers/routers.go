@@ -32,7 +32,7 @@ type Queue interface {
 	Get(ctx context.Context, id string) (*delayqueue.JobInfo, error)
 
 	Release(ctx context.Context, id string, delay *time.Duration, attempt int) (state string, due time.Time, err error)
-	Touch(ctx context.Context, id string, attempt int) (leaseUntil time.Time, err error)
+	Touch(ctx context.Context, id string, attempt int) (state string, leaseUntil time.Time, err error)
 
 	DeadList(ctx context.Context, topic string, offset, limit int) (jobs []delayqueue.JobInfo, total int, err error)
 	DeadKick(ctx context.Context, topic, id string, count int) (kicked []string, err error)

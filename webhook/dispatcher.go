@@ -244,7 +244,7 @@ func (d *Dispatcher) waitForHost(ctx context.Context, job delayqueue.CallbackDel
 func (d *Dispatcher) renewLease(ctx context.Context, job delayqueue.CallbackDelivery) bool {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	if _, err := d.queue.Touch(rctx, job.ID, job.Attempts); err != nil {
+	if _, _, err := d.queue.Touch(rctx, job.ID, job.Attempts); err != nil {
 		d.log.Warn("could not renew the lease of a callback job waiting for its host; leaving it to its lease",
 			"job_id", job.ID, "attempt", job.Attempts, "err", err)
 		return false
