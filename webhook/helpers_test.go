@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -106,26 +107,7 @@ func queueOptions(ro delayqueue.RedisOptions) delayqueue.Options {
 func newQueue(t *testing.T, addr string, logger *slog.Logger) (*delayqueue.Queue, delayqueue.RedisOptions) {
 	t.Helper()
 	ro := testRedisOptions(addr)
-	pool := delayqueue.NewPool(ro)
-	q, err := delayqueue.New(pool, queueOptions(ro), logger)
-	if err != nil {
-		t.Fatalf("delayqueue.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := q.Run(ctx); err != nil {
-			t.Errorf("queue Run: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		q.StopWaiting()
-		cancel()
-		<-done
-		pool.Close()
-	})
-	return q, ro
+	return enginetest.StartWith(t, ro, queueOptions(ro), logger), ro
 }
 
 // running is a dispatcher started by startDispatcher.

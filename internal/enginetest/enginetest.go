@@ -12,19 +12,26 @@ import (
 )
 
 // Start runs a Queue with the default key names on the Redis at addr (db 1)
-// until the test ends; blockTimeout is its longest pop hold. At cleanup,
-// held pops are answered, Run has returned and the pool is closed, after
-// the cleanups registered later (such as an HTTP server's Close).
+// until the test ends; blockTimeout is its longest pop hold.
 func Start(t testing.TB, addr string, blockTimeout time.Duration, logger *slog.Logger) *delayqueue.Queue {
 	t.Helper()
 	redisOpts := delayqueue.RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 2*blockTimeout + 5*time.Second, WriteTimeout: 3 * time.Second}
-	pool := delayqueue.NewPool(redisOpts)
-	q, err := delayqueue.New(pool, delayqueue.Options{
+	return StartWith(t, redisOpts, delayqueue.Options{
 		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
 		BlockTimeout: blockTimeout, Dial: redisOpts.Dial,
 	}, logger)
+}
+
+// StartWith runs a Queue with the given options until the test ends. At
+// cleanup, held pops are answered, Run has returned and the pool is closed,
+// after the cleanups registered later (such as an HTTP server's Close).
+func StartWith(t testing.TB, redisOpts delayqueue.RedisOptions, opts delayqueue.Options, logger *slog.Logger) *delayqueue.Queue {
+	t.Helper()
+	pool := delayqueue.NewPool(redisOpts)
+	q, err := delayqueue.New(pool, opts, logger)
 	if err != nil {
+		pool.Close()
 		t.Fatalf("delayqueue.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
