@@ -274,20 +274,7 @@ cluster = yes
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, warnings, err := Parse([]byte(tt.ini))
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
-			want := Default()
-			tt.change(&want)
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
-			}
-			if !reflect.DeepEqual(warnings, tt.wantWarnings) {
-				t.Errorf("warnings = %q, want %q", warnings, tt.wantWarnings)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkParse(t, tt.ini, tt.change, tt.wantWarnings) })
 	}
 }
 
@@ -637,20 +624,7 @@ func TestRedisConnectivitySettings(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, warnings, err := Parse([]byte(tt.ini))
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
-			}
-			want := Default()
-			tt.change(&want)
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
-			}
-			if !reflect.DeepEqual(warnings, tt.wantWarnings) {
-				t.Errorf("warnings = %q, want %q", warnings, tt.wantWarnings)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkParse(t, tt.ini, tt.change, tt.wantWarnings) })
 	}
 }
 
@@ -731,5 +705,23 @@ func TestLimitsCappedByRelatedKeys(t *testing.T) {
 func TestNoReadTimeoutIsValid(t *testing.T) {
 	if _, _, err := Parse([]byte("redis.read_timeout = 0\n")); err != nil {
 		t.Fatalf("Parse: %v", err)
+	}
+}
+
+// checkParse parses ini and wants the defaults as changed by change, with
+// wantWarnings.
+func checkParse(t *testing.T, ini string, change func(*Config), wantWarnings []string) {
+	t.Helper()
+	got, warnings, err := Parse([]byte(ini))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := Default()
+	change(&want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+	if !reflect.DeepEqual(warnings, wantWarnings) {
+		t.Errorf("warnings = %q, want %q", warnings, wantWarnings)
 	}
 }
