@@ -115,7 +115,10 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 		if status != int64(PushExists) {
 			q.obs.JobsPushed(job.Topic, 1)
 		}
-		if status != int64(PushExists) && due > now {
+		// A job pushed with no delay went straight to its ready list: no
+		// scanner needs to run for it (due can still exceed now by the
+		// rounding up to whole milliseconds).
+		if status != int64(PushExists) && job.Delay.Milliseconds() > 0 && due > now {
 			b := q.keys.bucketNumber(job.ID)
 			q.scanners[b-1].wakeBy(time.Now().Add(time.Duration(due-now) * time.Millisecond))
 		}
