@@ -54,9 +54,14 @@ func newBench(s settings, out io.Writer, logger *slog.Logger) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
+	api, err := newAPIClient(s.httpClient, s.serverURL, 4*s.clients+s.memoryClients+s.batchClients)
+	if err != nil {
+		_ = r.close()
+		return nil, err
+	}
 	return &bench{
 		s:      s,
-		api:    newAPIClient(s.serverURL, 4*s.clients+s.memoryClients+s.batchClients),
+		api:    api,
 		redis:  r,
 		report: &reporter{out: out, setRPS: s.setRPS},
 		logger: logger,

@@ -154,7 +154,10 @@ func fakeServer(t *testing.T, answer func(path string, request []byte) string) *
 		io.WriteString(w, answer(r.URL.Path, request))
 	}))
 	t.Cleanup(srv.Close)
-	client := newAPIClient(srv.URL, 4)
+	client, err := newAPIClient(clientLean, srv.URL, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(client.close)
 	return client
 }
@@ -391,7 +394,7 @@ func TestProbeBatches(t *testing.T) {
 			srv := httptest.NewServer(&fakeQueue{batches: tt.batches, jobs: map[string]string{}})
 			t.Cleanup(srv.Close)
 			var stderr bytes.Buffer
-			b, err := newBench(settings{serverURL: srv.URL, redisAddr: redisServer.Addr, redisDB: 1, clients: 2},
+			b, err := newBench(settings{serverURL: srv.URL, httpClient: clientLean, redisAddr: redisServer.Addr, redisDB: 1, clients: 2},
 				io.Discard, slog.New(slog.NewTextHandler(&stderr, nil)))
 			if err != nil {
 				t.Fatal(err)

@@ -6,36 +6,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"time"
 )
 
 // apiClient speaks the server's HTTP API as a real client does: JSON bodies,
 // POST, keep-alive connections shared by all goroutines of a phase.
 type apiClient struct {
-	baseURL string
-	http    *http.Client
+	http poster
 }
 
-// newAPIClient returns a client whose transport keeps up to maxConns idle
-// connections to the server, so that N concurrent goroutines reuse N
-// connections instead of dialing per request.
-func newAPIClient(baseURL string, maxConns int) *apiClient {
-	transport := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        maxConns,
-		MaxIdleConnsPerHost: maxConns,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
+// newAPIClient returns a client of the given kind (clientLean or
+// clientStd) that keeps up to maxConns idle connections to the server.
+func newAPIClient(kind, baseURL string, maxConns int) (*apiClient, error) {
+	p, err := newPoster(kind, baseURL, maxConns)
+	if err != nil {
+		return nil, err
 	}
-	return &apiClient{baseURL: baseURL, http: &http.Client{Transport: transport}}
+	return &apiClient{http: p}, nil
 }
 
 // close drops the client's idle connections.
-func (c *apiClient) close() { c.http.CloseIdleConnections() }
+func (c *apiClient) close() { c.http.close() }
 
 // reply is the server's envelope with data left undecoded, so each caller
 // can tell the shapes apart (an object, an array, null).
@@ -68,26 +58,16 @@ func (c *apiClient) call(ctx context.Context, path string, body any) (reply, err
 	if err != nil {
 		return reply{}, fmt.Errorf("encode %s request: %w", path, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, bytes.NewReader(payload))
-	if err != nil {
-		return reply{}, fmt.Errorf("build %s request: %w", path, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
+	status, raw, err := c.http.post(ctx, path, payload)
 	if err != nil {
 		return reply{}, fmt.Errorf("POST %s: %w", path, err)
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return reply{}, fmt.Errorf("POST %s: read answer: %w", path, err)
-	}
 	var r reply
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return reply{}, fmt.Errorf("POST %s: HTTP %d, answer is not an envelope: %q", path, resp.StatusCode, truncate(raw, 200))
+		return reply{}, fmt.Errorf("POST %s: HTTP %d, answer is not an envelope: %q", path, status, truncate(raw, 200))
 	}
 	if r.Code != 0 {
-		return r, fmt.Errorf("POST %s: HTTP %d: %q: %w", path, resp.StatusCode, r.Message, errCodeFailure)
+		return r, fmt.Errorf("POST %s: HTTP %d: %q: %w", path, status, r.Message, errCodeFailure)
 	}
 	return r, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http/httptrace"
 	"os"
 	"strconv"
 	"strings"
@@ -47,7 +46,10 @@ func (b *bench) runHeldPops(ctx context.Context) error {
 	}
 	total, lists := b.s.heldPops, b.s.heldTopicLists
 	// Each waiter needs its own connection: a held request occupies it.
-	waiterClient := newAPIClient(b.s.serverURL, total+64)
+	waiterClient, err := newAPIClient(b.s.httpClient, b.s.serverURL, total+64)
+	if err != nil {
+		return err
+	}
 	defer waiterClient.close()
 
 	heldCtx, stopWaiters := context.WithCancel(ctx)
@@ -56,8 +58,7 @@ func (b *bench) runHeldPops(ctx context.Context) error {
 	defer stopWaiters()
 
 	var popsSent, popErrors, finishErrors atomic.Int64
-	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { popsSent.Add(1) }}
-	tracedCtx := httptrace.WithClientTrace(heldCtx, trace)
+	tracedCtx := withWroteHook(heldCtx, func() { popsSent.Add(1) })
 	deliveries := make(chan heldDelivery, 64)
 	for k := range total {
 		waiters.Add(1)

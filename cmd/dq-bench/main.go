@@ -60,6 +60,7 @@ func allPhases() []string {
 // settings are the tool's flags.
 type settings struct {
 	serverURL     string
+	httpClient    string // clientLean or clientStd
 	redisAddr     string
 	redisDB       int
 	redisPassword string
@@ -97,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("dq-bench", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.StringVar(&s.serverURL, "url", "http://127.0.0.1:9277", "base `URL` of the delay-queue server")
+	flags.StringVar(&s.httpClient, "http-client", clientLean,
+		"HTTP client: lean (a minimal keep-alive HTTP/1.1 client, like wrk) or std (Go's net/http)")
 	flags.StringVar(&s.redisAddr, "redis", "127.0.0.1:6379", "`host:port` of the server's Redis (its db is emptied!)")
 	flags.IntVar(&s.redisDB, "redis-db", 1, "the server's redis.db")
 	flags.StringVar(&s.redisPassword, "redis-password", "", "the server's redis.password")
