@@ -116,6 +116,20 @@ func forEachMember(obj []byte, fn func(key string, value json.RawMessage)) error
 	return nil
 }
 
+// forEachElement calls fn with each raw element of arr, a valid JSON array,
+// in order (a plain scanner, like forEachMember).
+func forEachElement(arr []byte, fn func(value json.RawMessage)) {
+	i := skipSpace(arr, 1) // past '['
+	for i < len(arr) && arr[i] != ']' {
+		end := valueEnd(arr, i)
+		fn(arr[i:end])
+		i = skipSpace(arr, end)
+		if i < len(arr) && arr[i] == ',' {
+			i = skipSpace(arr, i+1)
+		}
+	}
+}
+
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
 		i++
@@ -235,6 +249,11 @@ func stringValue(name string, raw json.RawMessage) (string, error) {
 	if hasUnpairedSurrogate(raw) {
 		return "", fmt.Errorf("%s must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)", name)
 	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		// No escapes: the literal's bytes are the value (the body was
+		// validated as JSON, so it holds no control characters).
+		return string(raw[1 : len(raw)-1]), nil
+	}
 	var value string
 	if err := json.Unmarshal(raw, &value); err != nil {
 		return "", fmt.Errorf("%s must be a string: %w", name, err)
@@ -340,12 +359,11 @@ func (o jsonObject) arrayField(field string, minLen, maxLen int, elements string
 	if raw[0] != '[' {
 		return nil, fmt.Errorf("%s must be an array of %s, got %s", field, elements, jsonKind(raw))
 	}
-	// The value is valid JSON: this cannot fail. RawMessage keeps each
-	// element's bytes as sent, so the UTF-8 checks still see them.
+	// The value is valid JSON (see parseObject): its elements are found
+	// by a plain scan, and keep their bytes as sent, so the UTF-8 checks
+	// still see them.
 	var values []json.RawMessage
-	if err := json.Unmarshal(raw, &values); err != nil {
-		return nil, fmt.Errorf("%s must be an array of %s: %w", field, elements, err)
-	}
+	forEachElement(raw, func(value json.RawMessage) { values = append(values, value) })
 	if len(values) < minLen || len(values) > maxLen {
 		return nil, fmt.Errorf("%s must hold %d to %d %s, got %d", field, minLen, maxLen, elements, len(values))
 	}

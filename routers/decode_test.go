@@ -44,3 +44,41 @@ func TestForEachMemberMatchesTheDecoder(t *testing.T) {
 		}
 	}
 }
+
+// TestForEachElementMatchesTheDecoder checks the plain element scanner
+// against encoding/json on valid arrays with tricky spelling.
+func TestForEachElementMatchesTheDecoder(t *testing.T) {
+	for _, arr := range []string{
+		`[]`, `[ ]`, `[1]`, ` [ 1 , "a" , null ] `, "[\n\t-1.5e3\r\n,true]",
+		`["],[\"",{"a":[1,"]"]},[[],[{}]],"\\"]`,
+		`[{"topic":"t","id":"1","ttr":5},{"topic":"t","id":"2","ttr":1,"retry":[0]}]`,
+	} {
+		var want []json.RawMessage
+		if err := json.Unmarshal([]byte(arr), &want); err != nil {
+			t.Fatalf("%s: %v", arr, err)
+		}
+		var got []json.RawMessage
+		forEachElement(bytes.TrimSpace([]byte(arr)), func(v json.RawMessage) { got = append(got, v) })
+		if fmt.Sprintf("%s", got) != fmt.Sprintf("%s", want) {
+			t.Errorf("%s:\n got %s\nwant %s", arr, got, want)
+		}
+	}
+}
+
+// stringValue takes the literal's bytes as they are when there is no
+// escape, and decodes escapes like encoding/json otherwise.
+func TestStringValueMatchesTheDecoder(t *testing.T) {
+	for _, literal := range []string{
+		`""`, `"plain"`, `"a/b <&> é 😀"`, `"\/"`, `"\"q\""`, `"a\\b"`, `"\n\t\r\b\f"`,
+		`"\u0041\u00e9\ud83d\ude00"`, `"tail\\"`, `"\u0000"`,
+	} {
+		var want string
+		if err := json.Unmarshal([]byte(literal), &want); err != nil {
+			t.Fatalf("%s: %v", literal, err)
+		}
+		got, err := stringValue("v", json.RawMessage(literal))
+		if err != nil || got != want {
+			t.Errorf("stringValue(%s) = %q, %v; want %q", literal, got, err, want)
+		}
+	}
+}
