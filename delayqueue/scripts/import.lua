@@ -24,7 +24,7 @@ if ARGV[ARG + 7] == 'ready' then
 end
 local fields = {'t', topic, 's', state, 'd', ARGV[ARG + 3], 'r', ARGV[ARG + 4],
   'a', '0', 'c', int(now_ms()), 'k', ARGV[ARG + 6]}
-body_fields(fields, ARGV[ARG + 5])
+body_fields(fields, #fields, ARGV[ARG + 5])
 redis.call('HSET', job, unpack(fields))
 count(topic, state, 1)
 if state == 'delay' then

@@ -89,8 +89,9 @@ local body_chunk = 64
 -- whole in field b.
 local body_max_chunks = 100
 
--- body_fields appends to an HSET argument list the fields storing body:
--- chunks b1..bn with n = count, or the whole body in b with n = -1.
+-- body_fields writes the fields storing body into an HSET argument list
+-- after its first k entries, and returns the new length: chunks b1..bn
+-- with n = count, or the whole body in b with n = -1.
 local chunk_names = {}
 local function chunk_name(i)
   local name = chunk_names[i]
@@ -101,24 +102,25 @@ local function chunk_name(i)
   return name
 end
 
-local function body_fields(args, body)
-  local n = math.ceil(string.len(body) / body_chunk)
+local function body_fields(args, k, body)
+  local size = string.len(body)
+  local n = math.ceil(size / body_chunk)
   if n > body_max_chunks then
-    args[#args + 1] = 'n'
-    args[#args + 1] = '-1'
-    args[#args + 1] = 'b'
-    args[#args + 1] = body
-    return
+    args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'n', '-1', 'b', body
+    return k + 4
   end
-  local k = #args
-  args[k + 1] = 'n'
-  args[k + 2] = n
+  args[k + 1], args[k + 2] = 'n', n
   k = k + 2
+  if n == 1 then
+    args[k + 1], args[k + 2] = 'b1', body
+    return k + 2
+  end
   for i = 1, n do
     args[k + 1] = chunk_name(i)
     args[k + 2] = string.sub(body, (i - 1) * body_chunk + 1, i * body_chunk)
     k = k + 2
   end
+  return k
 end
 
 local function read_body(job, n)

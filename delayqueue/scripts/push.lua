@@ -21,6 +21,7 @@ local tally = new_tally()
 local ready_topics, ready_ids, hooks_ready = {}, {}, 0
 local buckets, bucket_entries = {}, {}
 local counter = function(topic, state, delta) tally_add(tally, topic, state, delta) end
+local fields = {'t', '', 's', '', 'd', '', 'r', '', 'a', '0', 'c', now_text, 'k', ''}
 for j = 0, n - 1 do
   local base = ARG + 1 + j * 10
   local id, topic = ARGV[base], ARGV[base + 1]
@@ -43,23 +44,22 @@ for j = 0, n - 1 do
       state = 'ready'
     end
     local due_text = int(due)
-    local fields = {'t', topic, 's', state, 'd', due_text, 'r', ARGV[base + 3],
-      'a', '0', 'c', now_text, 'k', bucket_no}
+    -- One argument table serves every job of the batch: the fixed fields
+    -- are overwritten, the optional ones appended after them.
+    fields[2], fields[4], fields[6], fields[8], fields[14] = topic, state, due_text, ARGV[base + 3], bucket_no
+    local k = 14
     local retry, max, callback = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
     if retry ~= '' then
-      fields[#fields + 1] = 'rt'
-      fields[#fields + 1] = retry
+      fields[k + 1], fields[k + 2], k = 'rt', retry, k + 2
     end
     if max ~= '0' then
-      fields[#fields + 1] = 'm'
-      fields[#fields + 1] = max
+      fields[k + 1], fields[k + 2], k = 'm', max, k + 2
     end
     if callback ~= '' then
-      fields[#fields + 1] = 'cb'
-      fields[#fields + 1] = callback
+      fields[k + 1], fields[k + 2], k = 'cb', callback, k + 2
     end
-    body_fields(fields, ARGV[base + 4])
-    redis.call('HSET', job, unpack(fields))
+    k = body_fields(fields, k, ARGV[base + 4])
+    redis.call('HSET', job, unpack(fields, 1, k))
     tally_add(tally, topic, state, 1)
     -- Index entries are added after the loop, one command per list or
     -- bucket: a job replaced later in the batch was removed from them above,
