@@ -39,7 +39,7 @@ for _ = 1, requests do
         break
       end
       local job = job_key(id)
-      local f = redis.call('HMGET', job, 's', 't', 'r', 'a', 'k', 'n')
+      local f = redis.call('HMGET', job, 's', 't', 'r', 'a', 'k', 'n', 'b1', 'b2')
       if f[1] == 'ready' and f[2] == topic then
         local attempts = tonumber(f[4]) + 1
         local lease = now + tonumber(f[3]) * 1000
@@ -50,7 +50,7 @@ for _ = 1, requests do
         reply[#reply + 1] = topic
         reply[#reply + 1] = tonumber(f[3])
         reply[#reply + 1] = attempts
-        reply[#reply + 1] = read_body(job, f[6])
+        reply[#reply + 1] = read_small_body(job, f[6], f[7], f[8])
         claimed = claimed + 1
       else
         skipped = skipped + 1

@@ -142,6 +142,21 @@ local function read_body(job, n)
   return table.concat(parts)
 end
 
+-- read_small_body returns a body whose first two chunks were read already
+-- (with the job's other fields, sparing a call for bodies of up to two
+-- chunks), reading the rest when there is more.
+local function read_small_body(job, n, b1, b2)
+  n = tonumber(n) or 0
+  if n == 0 then
+    return ''
+  elseif n == 1 then
+    return b1 or ''
+  elseif n == 2 then
+    return (b1 or '') .. (b2 or '')
+  end
+  return read_body(job, n)
+end
+
 -- signal_key leaves up to n wake-up tokens in a wake-up list.
 local function signal_key(wake, n)
   local room = WAKE_CAP - redis.call('LLEN', wake)
