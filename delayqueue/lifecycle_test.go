@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,6 +264,57 @@ func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
 		want[1], want[4] = 2, 1
 		if fmt.Sprint(counts) != fmt.Sprint(want) {
 			t.Fatalf("counts = %v, want %v", counts, want)
+		}
+	})
+}
+
+// push.lua reuses one argument table for every job of a batch, and claim
+// reads bodies of up to two chunks with the job's fields: a job must keep
+// only its own optional fields, and bodies of every size must come back
+// byte for byte.
+func TestBatchJobsKeepTheirOwnFields(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		bodies := []string{"", "x", strings.Repeat("a", 64), strings.Repeat("b", 65), strings.Repeat("c", 128),
+			strings.Repeat("d", 129), strings.Repeat("é", 200), strings.Repeat("f", 64*100+1)}
+		var jobs []Job
+		for i, body := range bodies {
+			job := Job{Topic: "own", ID: fmt.Sprint("plain", i), TTR: time.Minute, Body: body}
+			if i%2 == 0 {
+				job.ID = fmt.Sprint("retry", i)
+				job.Retry = []int{1, 2}
+				job.MaxAttempts = 5
+			}
+			jobs = append(jobs, job)
+		}
+		if _, err := q.PushBatch(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		for _, job := range jobs {
+			info, err := q.Get(ctx, job.ID)
+			if err != nil || info == nil {
+				t.Fatalf("get %s: %+v, %v", job.ID, info, err)
+			}
+			if info.Body != job.Body || len(info.Retry) != len(job.Retry) || info.MaxAttempts != job.MaxAttempts {
+				t.Errorf("%s: body of %d bytes (want %d), retry %v (want %v), max_attempts %d (want %d)",
+					job.ID, len(info.Body), len(job.Body), info.Retry, job.Retry, info.MaxAttempts, job.MaxAttempts)
+			}
+		}
+		got := map[string]string{}
+		for len(got) < len(jobs) {
+			ds, err := q.PopBatch(ctx, []string{"own"}, 3, time.Second)
+			if err != nil || len(ds) == 0 {
+				t.Fatalf("pop after %d of %d jobs: %v, %v", len(got), len(jobs), ds, err)
+			}
+			for _, d := range ds {
+				got[d.ID] = d.Body
+			}
+		}
+		for _, job := range jobs {
+			if got[job.ID] != job.Body {
+				t.Errorf("%s: popped a body of %d bytes, want %d", job.ID, len(got[job.ID]), len(job.Body))
+			}
 		}
 	})
 }

@@ -50,13 +50,19 @@ for j = 0, n - 1 do
     local k = 14
     local retry, max, callback = ARGV[base + 6], ARGV[base + 7], ARGV[base + 9]
     if retry ~= '' then
-      fields[k + 1], fields[k + 2], k = 'rt', retry, k + 2
+      fields[k + 1] = 'rt'
+      fields[k + 2] = retry
+      k = k + 2
     end
     if max ~= '0' then
-      fields[k + 1], fields[k + 2], k = 'm', max, k + 2
+      fields[k + 1] = 'm'
+      fields[k + 2] = max
+      k = k + 2
     end
     if callback ~= '' then
-      fields[k + 1], fields[k + 2], k = 'cb', callback, k + 2
+      fields[k + 1] = 'cb'
+      fields[k + 2] = callback
+      k = k + 2
     end
     k = body_fields(fields, k, ARGV[base + 4])
     redis.call('HSET', job, unpack(fields, 1, k))
