@@ -413,3 +413,40 @@ func TestProbeBatches(t *testing.T) {
 		})
 	}
 }
+
+// quickEnvelope must agree with encoding/json on the server's spelling and
+// leave every other spelling to it.
+func TestQuickEnvelope(t *testing.T) {
+	tests := []struct {
+		raw    string
+		wantOK bool
+	}{
+		{`{"code":0,"message":"ok","data":null}` + "\n", true},
+		{`{"code":1,"message":"job not found","data":null}`, true},
+		{`{"code":0,"message":"","data":{"id":"a","body":"}\"x"}}` + "\n", true},
+		{`{"code":0,"message":"ok","data":[{"id":"a"},{"id":"b"}]}`, true},
+		{`{"code":0,"message":"a \"quoted\" word","data":null}`, false},
+		{`{"code": 0, "message": "ok", "data": null}`, false},
+		{`{"message":"ok","code":0,"data":null}`, false},
+		{`{"code":0,"message":"ok"}`, false},
+		{`{"code":,"message":"ok","data":null}`, false},
+		{`not json`, false},
+	}
+	for _, tt := range tests {
+		got, ok := quickEnvelope([]byte(tt.raw))
+		if ok != tt.wantOK {
+			t.Errorf("quickEnvelope(%s) ok = %v, want %v", tt.raw, ok, tt.wantOK)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		var want reply
+		if err := json.Unmarshal([]byte(tt.raw), &want); err != nil {
+			t.Fatalf("%s: %v", tt.raw, err)
+		}
+		if got.Code != want.Code || got.Message != want.Message || string(got.Data) != string(want.Data) {
+			t.Errorf("quickEnvelope(%s) = %+v (data %s), want %+v (data %s)", tt.raw, got, got.Data, want, want.Data)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // apiClient speaks the server's HTTP API as a real client does: JSON bodies,
@@ -53,23 +54,62 @@ var errCodeFailure = errors.New("server answered code 1")
 // call posts body (marshalled to JSON) to path and decodes the envelope. A
 // transport failure, a non-JSON answer or code 1 is an error; the reply is
 // returned in every case where one was decoded.
-func (c *apiClient) call(ctx context.Context, path string, body any) (reply, error) {
+func (c *apiClient) call(ctx context.Context, path string, body any, hold bool) (reply, error) {
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return reply{}, fmt.Errorf("encode %s request: %w", path, err)
 	}
-	status, raw, err := c.http.post(ctx, path, payload)
+	status, raw, err := c.http.post(ctx, path, payload, hold)
 	if err != nil {
 		return reply{}, fmt.Errorf("POST %s: %w", path, err)
 	}
-	var r reply
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return reply{}, fmt.Errorf("POST %s: HTTP %d, answer is not an envelope: %q", path, status, truncate(raw, 200))
+	r, ok := quickEnvelope(raw)
+	if !ok {
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return reply{}, fmt.Errorf("POST %s: HTTP %d, answer is not an envelope: %q", path, status, truncate(raw, 200))
+		}
 	}
 	if r.Code != 0 {
 		return r, fmt.Errorf("POST %s: HTTP %d: %q: %w", path, status, r.Message, errCodeFailure)
 	}
 	return r, nil
+}
+
+// quickEnvelope reads the envelope the way the server writes it,
+// {"code":N,"message":"...","data":...} with no spaces, without a full JSON
+// decode: the tool's CPU is taken from the server it measures. ok is false
+// for any other spelling, which the caller then decodes with encoding/json.
+// data is not validated here; the callers that use it decode it.
+func quickEnvelope(raw []byte) (r reply, ok bool) {
+	rest, found := bytes.CutPrefix(bytes.TrimRight(raw, "\n"), []byte(`{"code":`))
+	if !found {
+		return reply{}, false
+	}
+	digits := 0
+	for digits < len(rest) && rest[digits] >= '0' && rest[digits] <= '9' {
+		digits++
+	}
+	code, err := strconv.Atoi(string(rest[:digits]))
+	if err != nil {
+		return reply{}, false
+	}
+	rest, found = bytes.CutPrefix(rest[digits:], []byte(`,"message":"`))
+	if !found {
+		return reply{}, false
+	}
+	end := 0
+	for end < len(rest) && rest[end] != '"' {
+		if rest[end] == '\\' || rest[end] < 0x20 {
+			return reply{}, false // escapes: leave them to the decoder
+		}
+		end++
+	}
+	message := string(rest[:end])
+	rest, found = bytes.CutPrefix(rest[min(end+1, len(rest)):], []byte(`,"data":`))
+	if !found || len(rest) < 2 || rest[len(rest)-1] != '}' {
+		return reply{}, false
+	}
+	return reply{Code: code, Message: message, Data: rest[:len(rest)-1]}, true
 }
 
 func truncate(b []byte, n int) string {
@@ -106,7 +146,7 @@ type delivery struct {
 }
 
 func (c *apiClient) push(ctx context.Context, job pushJob) error {
-	_, err := c.call(ctx, "/push", job)
+	_, err := c.call(ctx, "/push", job, false)
 	return err
 }
 
@@ -114,7 +154,7 @@ func (c *apiClient) push(ctx context.Context, job pushJob) error {
 func (c *apiClient) pushBatch(ctx context.Context, jobs []pushJob) (reply, error) {
 	return c.call(ctx, "/push", struct {
 		Jobs []pushJob `json:"jobs"`
-	}{jobs})
+	}{jobs}, false)
 }
 
 // pop asks for one job of topics (comma-separated) and holds up to
@@ -123,7 +163,7 @@ func (c *apiClient) pop(ctx context.Context, topics string, timeoutSeconds int) 
 	r, err := c.call(ctx, "/pop", struct {
 		Topic   string `json:"topic"`
 		Timeout int    `json:"timeout"`
-	}{topics, timeoutSeconds})
+	}{topics, timeoutSeconds}, timeoutSeconds > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +188,7 @@ func (c *apiClient) popBatch(ctx context.Context, topics string, timeoutSeconds,
 		Topic   string `json:"topic"`
 		Timeout int    `json:"timeout"`
 		Count   int    `json:"count"`
-	}{topics, timeoutSeconds, count})
+	}{topics, timeoutSeconds, count}, timeoutSeconds > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +205,7 @@ func (c *apiClient) popBatch(ctx context.Context, topics string, timeoutSeconds,
 func (c *apiClient) finish(ctx context.Context, id string) error {
 	_, err := c.call(ctx, "/finish", struct {
 		ID string `json:"id"`
-	}{id})
+	}{id}, false)
 	return err
 }
 
@@ -173,7 +213,7 @@ func (c *apiClient) finish(ctx context.Context, id string) error {
 func (c *apiClient) finishBatch(ctx context.Context, ids []string) error {
 	_, err := c.call(ctx, "/finish", struct {
 		IDs []string `json:"ids"`
-	}{ids})
+	}{ids}, false)
 	return err
 }
 
@@ -181,7 +221,7 @@ func (c *apiClient) finishBatch(ctx context.Context, ids []string) error {
 func (c *apiClient) exists(ctx context.Context, id string) (bool, error) {
 	r, err := c.call(ctx, "/get", struct {
 		ID string `json:"id"`
-	}{id})
+	}{id}, false)
 	if err != nil {
 		return false, err
 	}

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -107,6 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flags.IntVar(&s.serverPID, "server-pid", 0, "`pid` of the server process, to read its RSS (0: not reported)")
 	phaseList := flags.String("phases", strings.Join(allPhases(), ","), "comma-separated phases to run")
 	quick := flags.Bool("quick", false, "small sizes for a quick run (sizes given explicitly still apply)")
+	cpuProfile := flags.String("cpuprofile", "", "write the tool's own CPU profile to `file` (to see what the load costs)")
 	freePort := flags.Bool("free-port", false, "print a free loopback TCP port and exit (for scripts)")
 	flags.DurationVar(&s.latenessSpread, "lateness-spread", 3*time.Second, "lateness: due times spread over this long")
 	flags.DurationVar(&s.heldSettle, "held-settle", 2*time.Second,
@@ -176,6 +178,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	s.serverURL = strings.TrimRight(s.serverURL, "/")
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := newBench(s, stdout, logger)
 	if err != nil {

@@ -20,8 +20,11 @@ import (
 // client that costs the shared machine far less CPU per request (the tool,
 // the server and Redis share two cores, so every microsecond the tool
 // spends is taken from the server it measures).
+//
+// hold says the server may hold the request (a /pop with a timeout): only
+// then must a cancelled ctx end it while it waits.
 type poster interface {
-	post(ctx context.Context, path string, payload []byte) (int, []byte, error)
+	post(ctx context.Context, path string, payload []byte, hold bool) (int, []byte, error)
 	close()
 }
 
@@ -78,7 +81,7 @@ func newStdPoster(baseURL string, maxConns int) *stdPoster {
 
 func (p *stdPoster) close() { p.http.CloseIdleConnections() }
 
-func (p *stdPoster) post(ctx context.Context, path string, payload []byte) (int, []byte, error) {
+func (p *stdPoster) post(ctx context.Context, path string, payload []byte, _ bool) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.baseURL+path, bytes.NewReader(payload))
 	if err != nil {
 		return 0, nil, err
@@ -116,6 +119,9 @@ type leanConn struct {
 	conn net.Conn
 	r    *bufio.Reader
 	buf  []byte // the request being written, reused
+	// deadline is the one the next request wants; deadlineSet the one
+	// the connection has (zero: none).
+	deadline, deadlineSet time.Time
 }
 
 func newLeanPoster(baseURL string, maxConns int) (*leanPoster, error) {
@@ -166,18 +172,38 @@ func (p *leanPoster) put(c *leanConn) {
 	}
 }
 
-func (p *leanPoster) post(ctx context.Context, path string, payload []byte) (int, []byte, error) {
+// shortRequestLimit bounds a request the server answers at once; its
+// connection deadline is renewed only when less than half of it is left,
+// sparing a deadline change per request.
+const shortRequestLimit = time.Minute
+
+func (p *leanPoster) post(ctx context.Context, path string, payload []byte, hold bool) (int, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
 	c, err := p.get(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
-	deadline, _ := ctx.Deadline()
-	if err := c.conn.SetDeadline(deadline); err != nil {
-		c.conn.Close()
-		return 0, nil, err
+	deadline, hasDeadline := ctx.Deadline()
+	switch {
+	case hasDeadline || hold:
+		c.deadline = deadline // zero: none
+	case time.Until(c.deadline) < shortRequestLimit/2:
+		c.deadline = time.Now().Add(shortRequestLimit)
 	}
-	// A cancelled ctx ends a blocked read or write at once.
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	if !c.deadline.Equal(c.deadlineSet) {
+		if err := c.conn.SetDeadline(c.deadline); err != nil {
+			c.conn.Close()
+			return 0, nil, err
+		}
+		c.deadlineSet = c.deadline
+	}
+	stop := func() bool { return true }
+	if hold {
+		// A cancelled ctx ends a held request at once.
+		stop = context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	}
 	status, body, keep, err := c.roundTrip(p.host, path, payload, wroteHook(ctx))
 	cancelled := !stop()
 	if err != nil || !keep || cancelled {

@@ -91,15 +91,15 @@ func TestPostersAgainstNetHTTP(t *testing.T) {
 			defer p.close()
 			ctx := context.Background()
 			for i := range 5 {
-				status, body, err := p.post(ctx, "/echo", []byte(`{"n":1}`))
+				status, body, err := p.post(ctx, "/echo", []byte(`{"n":1}`), false)
 				if err != nil || status != 200 || string(body) != `{"n":1}` {
 					t.Fatalf("echo %d: (%d, %q, %v)", i, status, body, err)
 				}
-				status, body, err = p.post(ctx, "/big", []byte(`{}`))
+				status, body, err = p.post(ctx, "/big", []byte(`{}`), false)
 				if err != nil || status != 200 || string(body) != big {
 					t.Fatalf("big %d: (%d, %d bytes, %v)", i, status, len(body), err)
 				}
-				status, _, err = p.post(ctx, "/missing", []byte(`{}`))
+				status, _, err = p.post(ctx, "/missing", []byte(`{}`), false)
 				if err != nil || status != 404 {
 					t.Fatalf("missing %d: (%d, %v)", i, status, err)
 				}
@@ -131,7 +131,7 @@ func TestLeanPosterCancel(t *testing.T) {
 	var wrote atomic.Bool
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := p.post(withWroteHook(ctx, func() { wrote.Store(true) }), "/hold", []byte(`{}`))
+		_, _, err := p.post(withWroteHook(ctx, func() { wrote.Store(true) }), "/hold", []byte(`{}`), true)
 		done <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
