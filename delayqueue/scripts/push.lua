@@ -29,7 +29,11 @@ for j = 0, n - 1 do
   local bucket_no = ARGV[base + 5]
   local job = job_key(id)
   local due = due_base + delay_ms
-  local old = redis.call('HMGET', job, 's', 't', 'k', 'd')
+  -- Most pushes create a job: EXISTS is cheaper than reading four fields.
+  local old = {}
+  if redis.call('EXISTS', job) == 1 then
+    old = redis.call('HMGET', job, 's', 't', 'k', 'd')
+  end
   local status = 0
   if old[1] and ARGV[base + 8] == '1' then
     status = 2
