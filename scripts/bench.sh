@@ -37,6 +37,7 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/dq-bench.XXXXXX")
 redis_pid=""
 server_pid=""
+floor_pid=""
 bench_pid=""
 
 # stop_pid ends one process we started and waits for it (at most 10 s,
@@ -57,6 +58,7 @@ cleanup() {
 	trap - EXIT INT TERM
 	if [[ -n $bench_pid ]]; then stop_pid "$bench_pid"; fi
 	if [[ -n $server_pid ]]; then stop_pid "$server_pid"; fi
+	if [[ -n $floor_pid ]]; then stop_pid "$floor_pid"; fi
 	if [[ -n $redis_pid ]]; then stop_pid "$redis_pid"; fi
 	if [[ $status -ne 0 ]]; then
 		echo "bench: failed (status $status); last lines of the logs:" >&2
@@ -130,10 +132,18 @@ server_url="http://127.0.0.1:$server_port"
 wait_until "delay-queue on port $server_port" \
 	bash -c "exec 3<>/dev/tcp/127.0.0.1/$server_port"
 
+# The http-floor phase's empty server: the same load on a server that does
+# no queue work shows what HTTP itself costs on this machine.
+floor_port=$("$bin_dir/dq-bench" -free-port)
+"$bin_dir/dq-bench" -serve-floor "127.0.0.1:$floor_port" 2>"$work/floor.log" &
+floor_pid=$!
+wait_until "the http-floor server on port $floor_port" \
+	bash -c "exec 3<>/dev/tcp/127.0.0.1/$floor_port"
+
 # In the background, so that a signal to this script is handled at once
 # (bash runs traps only between foreground commands, but interrupts wait).
 "$bin_dir/dq-bench" -url "$server_url" -redis "127.0.0.1:$redis_port" -redis-db 1 \
-	-set-rps "$set_rps" -server-pid "$server_pid" "$@" &
+	-set-rps "$set_rps" -server-pid "$server_pid" -floor-url "http://127.0.0.1:$floor_port" "$@" &
 bench_pid=$!
 bench_status=0
 wait "$bench_pid" || bench_status=$?

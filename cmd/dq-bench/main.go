@@ -39,6 +39,7 @@ func main() {
 // Phase names, in the order they run. Each prints the figures named after it.
 const (
 	phasePush        = "push"
+	phaseFloor       = "http-floor"
 	phasePopFinish   = "pop-finish"
 	phasePushDelayed = "push-delayed"
 	phasePushBatch   = "push-batch"
@@ -53,7 +54,7 @@ const (
 // allPhases lists every phase in running order.
 func allPhases() []string {
 	return []string{
-		phasePush, phasePopFinish, phasePushDelayed, phasePushBatch, phasePopBatch,
+		phasePush, phaseFloor, phasePopFinish, phasePushDelayed, phasePushBatch, phasePopBatch,
 		phaseLateness, phaseBurst, phaseBurstSingle, phaseMemory, phaseHeldPops,
 	}
 }
@@ -62,6 +63,7 @@ func allPhases() []string {
 type settings struct {
 	serverURL     string
 	httpClient    string // clientLean or clientStd
+	floorURL      string // the http-floor phase's empty server
 	redisAddr     string
 	redisDB       int
 	redisPassword string
@@ -109,6 +111,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	phaseList := flags.String("phases", strings.Join(allPhases(), ","), "comma-separated phases to run")
 	quick := flags.Bool("quick", false, "small sizes for a quick run (sizes given explicitly still apply)")
 	cpuProfile := flags.String("cpuprofile", "", "write the tool's own CPU profile to `file` (to see what the load costs)")
+	flags.StringVar(&s.floorURL, "floor-url", "", "base `URL` of an empty server (dq-bench -serve-floor) for the http-floor phase")
+	serveFloorAddr := flags.String("serve-floor", "", "run the http-floor phase's empty server on `host:port` until interrupted, and nothing else")
 	freePort := flags.Bool("free-port", false, "print a free loopback TCP port and exit (for scripts)")
 	flags.DurationVar(&s.latenessSpread, "lateness-spread", 3*time.Second, "lateness: due times spread over this long")
 	flags.DurationVar(&s.heldSettle, "held-settle", 2*time.Second,
@@ -140,6 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if flags.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flags.Arg(0))
+	}
+	if *serveFloorAddr != "" {
+		return serveFloor(ctx, *serveFloorAddr)
 	}
 	if *freePort {
 		port, err := findFreePort()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -149,5 +150,43 @@ func TestLeanPosterCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("post did not return after its context was cancelled")
+	}
+}
+
+// The floor server answers every request with a success envelope the
+// client accepts, and stops when its context ends.
+func TestServeFloor(t *testing.T) {
+	port, err := findFreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serveFloor(ctx, addr) }()
+	client, err := newAPIClient(clientLean, "http://"+addr, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err = client.push(context.Background(), pushJob{Topic: "t", ID: "1", TTR: 1})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("push to the floor server: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serveFloor = %v, want nil after cancel", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serveFloor did not stop after its context ended")
 	}
 }

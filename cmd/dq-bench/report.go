@@ -50,9 +50,14 @@ type reporter struct {
 // throughput prints a jobs/s figure, its ratio to SET req/s and, when the
 // rate is known, whether the ratio meets goal.
 func (r *reporter) throughput(name string, jobsPerSecond float64, goal *target) {
-	line := fmt.Sprintf("%s %.0f jobs/s", name, jobsPerSecond)
+	r.rate(name, jobsPerSecond, "jobs/s", goal)
+}
+
+// rate prints a per-second figure in unit, as throughput does.
+func (r *reporter) rate(name string, perSecond float64, unit string, goal *target) {
+	line := fmt.Sprintf("%s %.0f %s", name, perSecond, unit)
 	if r.setRPS > 0 {
-		ratio := jobsPerSecond / r.setRPS
+		ratio := perSecond / r.setRPS
 		line += " ratio=" + strconv.FormatFloat(ratio, 'f', 3, 64)
 		if goal != nil {
 			line += " " + goal.annotate(ratio)

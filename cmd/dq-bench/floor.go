@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// runFloor measures the HTTP floor: the push phase's load (single-job
+// /push requests on s.clients clients) sent to a server that does no queue
+// work at all and answers a fixed envelope (dq-bench -serve-floor). It is
+// what net/http, the load tool and the loopback cost on this machine, the
+// ceiling of any single-job figure here.
+func (b *bench) runFloor(ctx context.Context) error {
+	if b.s.floorURL == "" {
+		fmt.Fprintf(b.report.out, "%s n/a no -floor-url\n", phaseFloor)
+		return nil
+	}
+	client, err := newAPIClient(b.s.httpClient, b.s.floorURL, b.s.clients)
+	if err != nil {
+		return err
+	}
+	defer client.close()
+	body := jobBody()
+	start := time.Now()
+	ok, err := forEach(ctx, b.s.clients, b.s.pushJobs, func(ctx context.Context, i int) error {
+		return client.push(ctx, pushJob{Topic: readyTopic, ID: jobID('f', i), TTR: jobTTR, Body: body})
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", phaseFloor, err)
+	}
+	b.report.rate(phaseFloor, float64(ok)/time.Since(start).Seconds(), "req/s", nil)
+	return nil
+}
+
+// floorAnswer is the empty server's answer to every request.
+const floorAnswer = `{"code":0,"message":"ok","data":null}` + "\n"
+
+// serveFloor runs the http-floor phase's server on addr until ctx ends: a
+// net/http server that reads each request's body and answers floorAnswer.
+func serveFloor(ctx context.Context, addr string) error {
+	srv := &http.Server{
+		Addr: addr,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			_, _ = io.WriteString(w, floorAnswer)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	defer stop()
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve the floor: %w", err)
+	}
+	return nil
+}
