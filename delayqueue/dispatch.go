@@ -122,33 +122,74 @@ func (l *dispatchLoop) run(ctx context.Context) {
 	}
 }
 
-// serve claims a job for the first waiter of topic. It reports whether a
-// job was handed out.
+// serve claims jobs for the waiters of topic, first come first served. A
+// token says a job is ready, not how many: serve claims for the first
+// waiter, and while every waiter of a round got all it asked for (more may
+// be ready, as in a burst), for twice as many waiters in the next round,
+// all in one script call. It reports whether a job was handed out.
 func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
-	w := l.q.waiters.checkout(topic)
-	if w == nil {
-		// Our waiters left after we took the token: hand it to other
-		// instances' waiters.
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = l.q.withConn(cctx, func(c redis.Conn) error {
-			_, err := c.Do("RPUSH", l.q.keys.wake(topic), "1")
-			return err
-		})
-		return false
+	served := false
+	for jobs := 1; ; jobs = min(2*jobs, maxClaimsPerCall) {
+		ws := l.q.waiters.checkout(topic, jobs)
+		if len(ws) == 0 {
+			if !served {
+				l.returnToken(topic)
+			}
+			return served
+		}
+		all, some := l.claimFor(topic, ws)
+		served = served || some
+		if !all || ctx.Err() != nil {
+			return served
+		}
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+}
+
+// returnToken gives back a token the loop took for a topic whose waiters
+// left meanwhile, for other instances' waiters.
+func (l *dispatchLoop) returnToken(topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	ds, err := l.q.claim(cctx, w.topics, w.count)
-	if len(ds) > 0 {
-		w.result <- popResult{deliveries: ds}
-		return true
+	_ = l.q.withConn(ctx, func(c redis.Conn) error {
+		_, err := c.Do("RPUSH", l.q.keys.wake(topic), "1")
+		return err
+	})
+}
+
+// claimFor runs one claim for checked-out waiters and hands each its jobs.
+// Those left empty-handed queue again at the front, in their order. all
+// reports whether every waiter got as many jobs as it asked for; some,
+// whether any got one.
+func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool) {
+	calls := make([]claimCall, len(ws))
+	for i, w := range ws {
+		calls[i] = claimCall{topics: w.topics, count: w.count}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	results, err := l.q.execClaims(ctx, calls)
 	if err != nil {
-		l.q.log.Debug("claim for a held pop failed", "topic", topic, "err", err)
+		l.q.log.Debug("claim for held pops failed", "topic", topic, "err", err)
+		results = make([][]*Delivery, len(ws))
 	}
-	l.q.wakeLoops(l.q.waiters.checkin(w, err))
-	return false
+	all = true
+	// Checked in last to first, so that they keep their order at the front.
+	for i := len(ws) - 1; i >= 0; i-- {
+		w, ds := ws[i], results[i]
+		if len(ds) < w.count {
+			all = false
+		}
+		if len(ds) == 0 {
+			l.q.wakeLoops(l.q.waiters.checkin(w, err))
+			continue
+		}
+		for _, d := range ds {
+			l.q.obs.JobDelivered(d.Topic, d.Attempts)
+		}
+		w.result <- popResult{deliveries: ds}
+		some = true
+	}
+	return all, some
 }
 
 func (l *dispatchLoop) sleep(ctx context.Context, d time.Duration) {

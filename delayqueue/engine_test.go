@@ -578,3 +578,59 @@ func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 		}
 	})
 }
+
+// Held pops get jobs first come, first served, also when several jobs
+// become ready at once and one dispatch round serves several waiters.
+func TestHeldPopsServedInArrivalOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		waiting := func() int {
+			q.waiters.mu.Lock()
+			defer q.waiters.mu.Unlock()
+			if l := q.waiters.byTopic["fifo"]; l != nil {
+				return l.Len()
+			}
+			return 0
+		}
+		const n = 5
+		got := make([]chan string, n)
+		for i := range n {
+			got[i] = make(chan string, 1)
+			go func() {
+				d, err := q.Pop(ctx, []string{"fifo"}, 20*time.Second)
+				switch {
+				case err != nil:
+					got[i] <- "error: " + err.Error()
+				case d == nil:
+					got[i] <- "nothing"
+				default:
+					got[i] <- d.ID
+				}
+			}()
+			waitFor(t, 5*time.Second, fmt.Sprintf("waiter %d registered", i), func() bool { return waiting() == i+1 })
+		}
+		push := func(ids ...string) {
+			jobs := make([]Job, len(ids))
+			for i, id := range ids {
+				jobs[i] = Job{Topic: "fifo", ID: id, TTR: time.Minute}
+			}
+			if _, err := q.PushBatch(ctx, jobs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		push("j0", "j1", "j2")
+		for i := range 3 {
+			if id := <-got[i]; id != fmt.Sprint("j", i) {
+				t.Errorf("waiter %d got %s, want j%d", i, id, i)
+			}
+		}
+		waitFor(t, 5*time.Second, "the last two waiting again", func() bool { return waiting() == 2 })
+		push("j3", "j4")
+		for i := 3; i < n; i++ {
+			if id := <-got[i]; id != fmt.Sprint("j", i) {
+				t.Errorf("waiter %d got %s, want j%d", i, id, i)
+			}
+		}
+	})
+}

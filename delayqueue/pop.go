@@ -110,18 +110,27 @@ func (r *waiterRegistry) unlinkLocked(w *waiter) {
 	w.elems = nil
 }
 
-// checkout takes the first waiter of topic for a claim, or nil.
-func (r *waiterRegistry) checkout(topic string) *waiter {
+// checkout takes the first waiters of topic for one claim, in order, as
+// many as fit in maxJobs jobs wanted (at least one when any waits).
+func (r *waiterRegistry) checkout(topic string, maxJobs int) []*waiter {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := r.byTopic[topic]
-	if l == nil || l.Len() == 0 {
-		return nil
+	var ws []*waiter
+	jobs := 0
+	for {
+		l := r.byTopic[topic]
+		if l == nil || l.Len() == 0 {
+			return ws
+		}
+		w := l.Front().Value.(*waiter)
+		if len(ws) > 0 && jobs+w.count > maxJobs {
+			return ws
+		}
+		jobs += w.count
+		r.unlinkLocked(w)
+		w.checkedOut = true
+		ws = append(ws, w)
 	}
-	w := l.Front().Value.(*waiter)
-	r.unlinkLocked(w)
-	w.checkedOut = true
-	return w
 }
 
 // giveUp is called by a Pop that stops waiting. It returns true when w was
