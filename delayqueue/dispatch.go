@@ -122,6 +122,11 @@ func (l *dispatchLoop) run(ctx context.Context) {
 	}
 }
 
+// serveRounds bounds the claim rounds of one serve, so that a topic with a
+// long burst does not keep a loop from its other topics: the burst's
+// remaining tokens bring the loop back to it.
+const serveRounds = 10
+
 // serve claims jobs for the waiters of topic, first come first served. A
 // token says a job is ready, not how many: serve claims for the first
 // waiter, and while every waiter of a round got all it asked for (more may
@@ -129,7 +134,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 // all in one script call. It reports whether a job was handed out.
 func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
 	served := false
-	for jobs := 1; ; jobs = min(2*jobs, maxClaimsPerCall) {
+	for round, jobs := 0, 1; round < serveRounds; round, jobs = round+1, min(2*jobs, maxClaimsPerCall) {
 		ws := l.q.waiters.checkout(topic, jobs)
 		if len(ws) == 0 {
 			if !served {
@@ -143,6 +148,7 @@ func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
 			return served
 		}
 	}
+	return served
 }
 
 // returnToken gives back a token the loop took for a topic whose waiters
