@@ -53,8 +53,8 @@ const (
 	// coalescerSlots bounds the script calls of one kind in flight at once;
 	// calls arriving meanwhile share the next one. Two keep Redis busy
 	// (one call runs while the next is sent) and make batches larger than
-	// more slots would: measured with dq-bench, 2 beat 1, 4 and 8 for
-	// single pushes, pop-finish and batch pushes alike.
+	// more slots would: measured with dq-bench, 2 beat 4 and 8 for single
+	// pushes and pop-finish, and 1 for batch pushes.
 	coalescerSlots = 2
 	// maxClaimsPerCall bounds the jobs one shared claim script may take.
 	maxClaimsPerCall = 500
