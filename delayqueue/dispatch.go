@@ -189,9 +189,7 @@ func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool) {
 			l.q.wakeLoops(l.q.waiters.checkin(w, err))
 			continue
 		}
-		for _, d := range ds {
-			l.q.obs.JobDelivered(d.Topic, d.Attempts)
-		}
+		l.q.noteDelivered(ds)
 		w.result <- popResult{deliveries: ds}
 		some = true
 	}

@@ -271,10 +271,15 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	q.noteDelivered(ds)
+	return ds, nil
+}
+
+// noteDelivered reports claimed jobs to the observer.
+func (q *Queue) noteDelivered(ds []*Delivery) {
 	for _, d := range ds {
 		q.obs.JobDelivered(d.Topic, d.Attempts)
 	}
-	return ds, nil
 }
 
 // execClaims runs several pops' claims in one claim.lua call.

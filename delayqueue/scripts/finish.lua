@@ -8,7 +8,7 @@
 local reply = {}
 -- Counters are summed over the ids and applied once.
 local tally = new_tally()
-local counter = function(topic, state, delta) tally_add(tally, topic, state, delta) end
+local counter = tally_counter(tally)
 for i = ARG, #ARGV do
   local id = ARGV[i]
   local job = job_key(id)

@@ -316,6 +316,11 @@ local function tally_add(tally, topic, state, delta)
   t[state] = (t[state] or 0) + delta
 end
 
+-- tally_counter is a replacement for count that adds to tally instead.
+local function tally_counter(tally)
+  return function(topic, state, delta) tally_add(tally, topic, state, delta) end
+end
+
 -- apply_tally applies the increments first, then the decrements, so that a
 -- topic's counters never look empty halfway.
 local function apply_tally(tally)
