@@ -86,20 +86,35 @@ type deleteView struct {
 	Deleted int `json:"deleted"`
 }
 
-// finish marks delivered jobs done for good. An unknown id is a success, as
-// in the original; a dead-lettered job is refused (delete removes it).
-func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
+// readIDs reads and decodes the body of /finish or /delete, and notes the
+// (first) job id for the log line. On failure it answers the request itself
+// and returns false.
+func (h *handler) readIDs(w http.ResponseWriter, r *http.Request) (idsRequest, bool) {
 	body, ok := h.readBody(w, r)
 	if !ok {
-		return
+		return idsRequest{}, false
 	}
 	req, err := decodeIDs(body)
 	if err != nil {
 		fail(w, r, err.Error())
-		return
+		return idsRequest{}, false
 	}
 	if req.IDs == nil {
 		noteJob(r, "", req.ID)
+	} else {
+		noteJob(r, "", req.IDs[0])
+	}
+	return req, true
+}
+
+// finish marks delivered jobs done for good. An unknown id is a success, as
+// in the original; a dead-lettered job is refused (delete removes it).
+func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
+	req, ok := h.readIDs(w, r)
+	if !ok {
+		return
+	}
+	if req.IDs == nil {
 		if err := h.queue.Finish(r.Context(), req.ID); err != nil {
 			h.failQueue(w, r, "finish", err)
 			return
@@ -108,7 +123,6 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	noteJob(r, "", req.IDs[0])
 	dead, err := h.queue.FinishBatch(r.Context(), req.IDs)
 	if err != nil {
 		h.failQueue(w, r, "finish", err)
@@ -127,17 +141,11 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
 // delete removes jobs in any state, dead letters included. An unknown id is
 // a success.
 func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
-	body, ok := h.readBody(w, r)
+	req, ok := h.readIDs(w, r)
 	if !ok {
 		return
 	}
-	req, err := decodeIDs(body)
-	if err != nil {
-		fail(w, r, err.Error())
-		return
-	}
 	if req.IDs == nil {
-		noteJob(r, "", req.ID)
 		if err := h.queue.Delete(r.Context(), req.ID); err != nil {
 			h.failQueue(w, r, "delete", err)
 			return
@@ -146,7 +154,6 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	noteJob(r, "", req.IDs[0])
 	deleted, err := h.queue.DeleteBatch(r.Context(), req.IDs)
 	if err != nil {
 		h.failQueue(w, r, "delete", err)

@@ -336,6 +336,33 @@ local function apply_tally(tally)
   end
 end
 
+-- remove_jobs removes the jobs whose ids are ARGV[first..] and every trace
+-- of them (finish.lua, delete.lua), with their counters applied once. With
+-- keep_dead, a dead-lettered job is left alone. Reply: per id, a status (1
+-- removed, 0 unknown, -1 dead-lettered and kept) and the job's topic (''
+-- when unknown).
+local function remove_jobs(first, keep_dead)
+  local reply = {}
+  local tally = new_tally()
+  local counter = tally_counter(tally)
+  for i = first, #ARGV do
+    local id = ARGV[i]
+    local job = job_key(id)
+    local f = redis.call('HMGET', job, 's', 't', 'k')
+    local status = 0
+    if keep_dead and f[1] == 'dead' then
+      status = -1
+    elseif f[1] then
+      remove_job(id, job, f[2], f[1], f[3], counter)
+      status = 1
+    end
+    reply[#reply + 1] = status
+    reply[#reply + 1] = f[2] or ''
+  end
+  apply_tally(tally)
+  return reply
+end
+
 -- held_delivery reads a job a consumer acts on by its delivery (release,
 -- touch) with fields..., and checks it: it returns the fields, or a refusal
 -- reply {status, state or '', 0}: 0 unknown id, -1 not reserved (the state
