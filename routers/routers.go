@@ -161,6 +161,17 @@ type route struct {
 	raw bool
 }
 
+// JobPaths returns the paths of the job endpoints, the hot path a server
+// may serve with a leaner HTTP stack (see internal/http1). A true value
+// marks an endpoint whose requests can hold (a /pop waiting for jobs), so
+// that a client leaving must cancel them.
+func JobPaths() map[string]bool {
+	return map[string]bool{
+		"/push": false, "/pop": true, "/finish": false, "/delete": false,
+		"/get": false, "/release": false, "/touch": false,
+	}
+}
+
 // New returns the server's HTTP handler. Every answer, including unknown
 // paths, wrong methods, refused tokens, oversized bodies and panics, is a
 // JSON envelope; only /metrics answers in the Prometheus text format.

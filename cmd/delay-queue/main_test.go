@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -742,5 +743,80 @@ func TestExposedWithoutAuth(t *testing.T) {
 		if got := exposedWithoutAuth(addr, tt.token); got != tt.want {
 			t.Errorf("exposedWithoutAuth(%s, token %v) = %v, want %v", addr, tt.token != "", got, tt.want)
 		}
+	}
+}
+
+// Held pops whose clients hang up are let go at once: the gauge drops to
+// zero and a job pushed afterwards is delivered to the next live consumer,
+// not claimed for a departed one. Requests net/http serves (chunked,
+// HTTP/1.0) work on the same port as the plain ones.
+func TestRunHeldPopsOfDepartedClients(t *testing.T) {
+	addr, _ := startRun(t, "-embedded", "-c", writeConf(t, "bind_address = 127.0.0.1:0"))
+	const waiters = 5
+	body := `{"topic":"gone","timeout":30}`
+	var conns []net.Conn
+	for range waiters {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		raw := fmt.Sprintf("POST /pop HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	if err := waitForMetric(addr, fmt.Sprintf("delayqueue_held_pops %d", waiters), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if err := waitForMetric(addr, "delayqueue_held_pops 0", 10*time.Second); err != nil {
+		t.Fatalf("the server kept pops whose clients left: %v", err)
+	}
+
+	// Pushed in chunks (net/http's side of the port), popped by a live
+	// consumer on the first attempt.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	push := `{"topic":"gone","id":"after","ttr":60}`
+	raw := fmt.Sprintf("POST /push HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", addr, len(push), push)
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(answer), `"code":0`) {
+		t.Fatalf("chunked push: %s", answer)
+	}
+	env := post(t, addr, "/pop", `{"topic":"gone","timeout":5}`)
+	if env.Code != 0 || !strings.Contains(string(env.Data), `"id":"after"`) || !strings.Contains(string(env.Data), `"attempts":1`) {
+		t.Fatalf("pop after the waiters left: %+v, want job after on its first attempt", env)
+	}
+
+	// HTTP/1.0, which net/http answers and then closes.
+	c10, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c10.Close()
+	_ = c10.SetDeadline(time.Now().Add(10 * time.Second))
+	get := `{"id":"after"}`
+	if _, err := fmt.Fprintf(c10, "POST /get HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s", len(get), get); err != nil {
+		t.Fatal(err)
+	}
+	all, err := io.ReadAll(c10)
+	if err != nil || !strings.HasPrefix(string(all), "HTTP/1.0 200") || !strings.Contains(string(all), `"id":"after"`) {
+		t.Fatalf("HTTP/1.0 get: %q %v", all, err)
 	}
 }

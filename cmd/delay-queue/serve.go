@@ -14,6 +14,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/config"
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/http1"
 	"github.com/delay-queue/delay-queue/metrics"
 	"github.com/delay-queue/delay-queue/routers"
 	"github.com/delay-queue/delay-queue/ui"
@@ -153,23 +154,33 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	hooksDone := make(chan error, 1)
 	go func() { hooksDone <- hooks.Run(hooksCtx) }()
 
-	server := &http.Server{
-		Handler: routers.New(queue, routers.Options{
-			MaxBodyBytes:    cfg.MaxBodyBytes,
-			MaxJobBodyBytes: int(cfg.JobBodyLimit()),
-			BlockTimeout:    cfg.QueueBlockTimeout,
-			MaxHeldPops:     cfg.MaxHeldPops,
-			AuthToken:       cfg.AuthToken,
-			Metrics:         observer.Handler(),
-			MetricsAuth:     cfg.MetricsAuth,
-			ObserveRequest:  observer.ObserveRequest,
-			UI:              ui.Handler(),
-		}, logger),
+	handler := routers.New(queue, routers.Options{
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxJobBodyBytes: int(cfg.JobBodyLimit()),
+		BlockTimeout:    cfg.QueueBlockTimeout,
+		MaxHeldPops:     cfg.MaxHeldPops,
+		AuthToken:       cfg.AuthToken,
+		Metrics:         observer.Handler(),
+		MetricsAuth:     cfg.MetricsAuth,
+		ObserveRequest:  observer.ObserveRequest,
+		UI:              ui.Handler(),
+	}, logger)
+	// The job endpoints' plain requests are served by http1, without
+	// net/http's per-request cost; everything else by net/http.
+	server := &http1.Server{
+		Handler: handler,
+		Fallback: &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+			IdleTimeout:       cfg.IdleTimeout,
+			// No WriteTimeout: a held /pop answers after up to
+			// queue_block_timeout, and a write timeout would cut it.
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+		Paths:             routers.JobPaths(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		// No WriteTimeout: a held /pop answers after up to
-		// queue_block_timeout, and a write timeout would cut it.
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		Logger:            logger,
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- server.Serve(listener) }()

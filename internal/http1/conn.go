@@ -1,0 +1,478 @@
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// A connection's state, as Shutdown sees it.
+const (
+	// stateIdle: waiting for the next request; Shutdown may close it.
+	stateIdle int32 = iota
+	// stateActive: a request is being read, handled or answered.
+	stateActive
+	// stateClosed: closed by Shutdown while idle.
+	stateClosed
+)
+
+type conn struct {
+	srv    *Server
+	rwc    net.Conn
+	remote string
+	state  atomic.Int32
+
+	br *bufio.Reader
+	bw *bufio.Writer
+	// body and reply are reused from request to request: a handler reads
+	// the body during its call and its answer is written before the next.
+	body  []byte
+	reply []byte
+}
+
+func newConn(s *Server, rwc net.Conn) *conn {
+	return &conn{srv: s, rwc: rwc, remote: rwc.RemoteAddr().String()}
+}
+
+// request is what parseHead takes from a request head.
+type request struct {
+	path   string
+	holds  bool
+	header http.Header
+	host   string
+	length int64
+	close  bool
+}
+
+func (c *conn) serve() {
+	handedOff := false
+	defer func() {
+		if p := recover(); p != nil && p != http.ErrAbortHandler {
+			c.srv.logger().Error("http: panic serving a request", "remote", c.remote,
+				"panic", p, "stack", string(debug.Stack()))
+		}
+		c.srv.forget(c)
+		if !handedOff {
+			_ = c.rwc.Close()
+		}
+	}()
+	c.br = bufio.NewReaderSize(c.rwc, readBufferSize)
+	c.bw = bufio.NewWriterSize(c.rwc, 4096)
+	for first := true; ; first = false {
+		c.state.Store(stateIdle)
+		if c.srv.closing.Load() {
+			return
+		}
+		if first {
+			c.setReadTimeout(c.srv.ReadHeaderTimeout)
+		} else {
+			c.setReadTimeout(c.srv.IdleTimeout)
+		}
+		if _, err := c.br.Peek(1); err != nil {
+			return
+		}
+		if !c.state.CompareAndSwap(stateIdle, stateActive) {
+			return // closed by Shutdown as the request arrived
+		}
+		if !first {
+			c.setReadTimeout(c.srv.ReadHeaderTimeout)
+		}
+		head, err := c.readHead()
+		if err != nil {
+			return
+		}
+		req, ok := c.parseHead(head)
+		if !ok {
+			// Not one of ours: net/http reads this request, and every
+			// later one, from the bytes still buffered.
+			if c.bw.Flush() != nil {
+				return
+			}
+			c.srv.forget(c)
+			handedOff = c.srv.handOff(&bufferedConn{Conn: c.rwc, r: c.br})
+			return
+		}
+		if _, err := c.br.Discard(len(head)); err != nil {
+			return
+		}
+		if !c.handle(req) {
+			return
+		}
+	}
+}
+
+// setReadTimeout sets the read deadline d from now, or none for d = 0.
+func (c *conn) setReadTimeout(d time.Duration) {
+	if d > 0 {
+		_ = c.rwc.SetReadDeadline(time.Now().Add(d))
+	} else {
+		_ = c.rwc.SetReadDeadline(time.Time{})
+	}
+}
+
+// readHead returns the buffered bytes of the next request head, up to and
+// including the empty line that ends it, without consuming them. A head
+// that does not fit in the buffer comes back empty, for net/http.
+func (c *conn) readHead() ([]byte, error) {
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		if n := endOfHead(buf); n > 0 {
+			return buf[:n], nil
+		}
+		if len(buf) == c.br.Size() {
+			return nil, nil
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// endOfHead returns the length of the head at the start of buf, up to the
+// first empty line (CRLF or a bare LF), or 0 when it is not all there.
+func endOfHead(buf []byte) int {
+	for i := 0; i < len(buf); {
+		j := bytes.IndexByte(buf[i:], '\n')
+		if j < 0 {
+			return 0
+		}
+		i += j + 1
+		switch {
+		case i < len(buf) && buf[i] == '\n':
+			return i + 1
+		case i+1 < len(buf) && buf[i] == '\r' && buf[i+1] == '\n':
+			return i + 2
+		}
+	}
+	return 0
+}
+
+// parseHead reads head if it is a request taken here; false hands it to
+// net/http unread.
+func (c *conn) parseHead(head []byte) (request, bool) {
+	var req request
+	line, rest, ok := cutLine(head)
+	if !ok {
+		return req, false
+	}
+	target, ok := bytes.CutPrefix(line, []byte("POST "))
+	if !ok {
+		return req, false
+	}
+	target, ok = bytes.CutSuffix(target, []byte(" HTTP/1.1"))
+	if !ok {
+		return req, false
+	}
+	holds, ok := c.srv.Paths[string(target)]
+	if !ok || holds && !canWatch {
+		return req, false
+	}
+	req.path, req.holds = string(target), holds
+	req.header = make(http.Header, 8)
+	sawLength := false
+	for {
+		line, rest, ok = cutLine(rest)
+		if !ok {
+			return req, false
+		}
+		if len(line) == 0 {
+			break
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || !isToken(line[:colon]) {
+			return req, false // also a folded line, which starts with a space
+		}
+		value := bytes.Trim(line[colon+1:], " \t")
+		if !isFieldValue(value) {
+			return req, false
+		}
+		key := canonicalKey(line[:colon])
+		switch key {
+		case "Host":
+			if req.host != "" || len(value) == 0 || !isHost(value) {
+				return req, false
+			}
+			req.host = string(value)
+			continue // net/http keeps Host out of Header too
+		case "Content-Length":
+			n, ok := parseLength(value)
+			if sawLength || !ok || n > c.srv.maxBody() {
+				return req, false
+			}
+			sawLength, req.length = true, n
+		case "Connection":
+			for token := range bytes.SplitSeq(value, []byte(",")) {
+				token = bytes.Trim(token, " \t")
+				switch {
+				case bytes.EqualFold(token, []byte("close")):
+					req.close = true
+				case bytes.EqualFold(token, []byte("keep-alive")):
+				default:
+					return req, false
+				}
+			}
+		case "Transfer-Encoding", "Expect", "Upgrade", "Trailer":
+			return req, false
+		}
+		req.header[key] = append(req.header[key], string(value))
+	}
+	if req.host == "" {
+		return req, false // net/http answers 400
+	}
+	return req, true
+}
+
+// handle reads the body, runs the handler and writes its answer. False
+// means the connection is done.
+func (c *conn) handle(req request) bool {
+	var body io.ReadCloser = http.NoBody
+	if req.length > 0 {
+		if int64(cap(c.body)) < req.length {
+			c.body = make([]byte, req.length)
+		}
+		c.body = c.body[:req.length]
+		if _, err := io.ReadFull(c.br, c.body); err != nil {
+			return false
+		}
+		body = &bodyReader{Reader: bytes.NewReader(c.body)}
+	}
+	// No deadline while the handler runs, as in net/http without a
+	// ReadTimeout; the next request's wait sets its own.
+	_ = c.rwc.SetReadDeadline(time.Time{})
+
+	r := &http.Request{
+		Method:        http.MethodPost,
+		URL:           &url.URL{Path: req.path},
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        req.header,
+		Body:          body,
+		ContentLength: req.length,
+		Host:          req.host,
+		RemoteAddr:    c.remote,
+		RequestURI:    req.path,
+	}
+	w := &responseWriter{header: make(http.Header, 4), body: c.reply[:0]}
+	if req.holds && c.br.Buffered() == 0 {
+		// Nothing more is buffered: a client that leaves now closes the
+		// socket, which the watcher sees. (With a pipelined request
+		// already here, the client is alive, as net/http also assumes.)
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := c.watch(cancel)
+		c.srv.Handler.ServeHTTP(w, r.WithContext(ctx))
+		stop()
+		cancel()
+	} else {
+		c.srv.Handler.ServeHTTP(w, r)
+	}
+	c.reply = w.body
+	closing := req.close || c.srv.closing.Load() || headerHasToken(w.header, "Connection", "close")
+	if err := c.writeResponse(w, closing); err != nil {
+		return false
+	}
+	if closing || c.br.Buffered() == 0 {
+		// Pipelined requests already here are answered first, together.
+		if c.bw.Flush() != nil {
+			return false
+		}
+	}
+	return !closing
+}
+
+// writeResponse writes w's answer into the connection's buffer: the
+// status line, the handler's headers (but Content-Length and Connection,
+// which are the connection's), Date, Content-Length and the body.
+func (c *conn) writeResponse(w *responseWriter, closing bool) error {
+	status := w.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	h := w.header
+	delete(h, "Content-Length")
+	delete(h, "Transfer-Encoding")
+	delete(h, "Connection")
+	bodyAllowed := bodyAllowedFor(status)
+	if !bodyAllowed {
+		w.body = w.body[:0]
+	}
+	if _, ok := h["Content-Type"]; !ok && len(w.body) > 0 {
+		h.Set("Content-Type", http.DetectContentType(w.body))
+	}
+	b := c.bw
+	var num [40]byte
+	_, _ = b.WriteString("HTTP/1.1 ")
+	_, _ = b.Write(strconv.AppendInt(num[:0], int64(status), 10))
+	_ = b.WriteByte(' ')
+	text := http.StatusText(status)
+	if text == "" {
+		text = "status code " + strconv.Itoa(status)
+	}
+	_, _ = b.WriteString(text)
+	_, _ = b.WriteString("\r\n")
+	if err := h.Write(b); err != nil {
+		return err
+	}
+	if _, ok := h["Date"]; !ok {
+		_, _ = b.WriteString("Date: ")
+		_, _ = b.Write(time.Now().UTC().AppendFormat(num[:0], http.TimeFormat))
+		_, _ = b.WriteString("\r\n")
+	}
+	if bodyAllowed {
+		_, _ = b.WriteString("Content-Length: ")
+		_, _ = b.Write(strconv.AppendInt(num[:0], int64(len(w.body)), 10))
+		_, _ = b.WriteString("\r\n")
+	}
+	if closing {
+		_, _ = b.WriteString("Connection: close\r\n")
+	}
+	_, _ = b.WriteString("\r\n")
+	_, err := b.Write(w.body)
+	return err
+}
+
+// bodyAllowedFor reports whether an answer with status has a body.
+func bodyAllowedFor(status int) bool {
+	return !(status >= 100 && status <= 199 || status == http.StatusNoContent || status == http.StatusNotModified)
+}
+
+// responseWriter collects a handler's answer; the connection writes it,
+// with its length, once the handler returns.
+type responseWriter struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (w *responseWriter) Header() http.Header { return w.header }
+
+func (w *responseWriter) WriteHeader(status int) {
+	if w.status != 0 || status < 200 && status >= 100 {
+		return // a second call, or an informational answer: not sent here
+	}
+	if status < 100 || status > 999 {
+		panic("http1: invalid WriteHeader code " + strconv.Itoa(status))
+	}
+	w.status = status
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.body = append(w.body, p...)
+	return len(p), nil
+}
+
+// bodyReader is a request body read whole before the handler runs.
+type bodyReader struct{ *bytes.Reader }
+
+func (bodyReader) Close() error { return nil }
+
+// bufferedConn is a connection handed to net/http: its reads start with
+// the bytes this package had buffered but not consumed.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// cutLine splits off the first line of b, without its CRLF or LF. A CR
+// anywhere else in the line makes it invalid.
+func cutLine(b []byte) (line, rest []byte, ok bool) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return nil, nil, false
+	}
+	line, rest = b[:i], b[i+1:]
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	return line, rest, bytes.IndexByte(line, '\r') < 0
+}
+
+// isToken reports whether b is an RFC 9110 token, as a header name must be.
+func isToken(b []byte) bool {
+	for _, ch := range b {
+		switch {
+		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9':
+		case bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), ch) >= 0:
+		default:
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
+// isFieldValue reports whether b holds no control characters but tabs.
+func isFieldValue(b []byte) bool {
+	for _, ch := range b {
+		if ch < ' ' && ch != '\t' || ch == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// isHost reports whether b is made of the characters a host[:port] or an
+// IPv6 literal uses; anything else goes to net/http, which judges it.
+func isHost(b []byte) bool {
+	for _, ch := range b {
+		switch {
+		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9':
+		case ch == '.' || ch == '-' || ch == ':' || ch == '[' || ch == ']' || ch == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// parseLength reads a Content-Length: decimal digits only.
+func parseLength(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(ch-'0')
+	}
+	return n, true
+}
+
+// canonicalKey returns the canonical form of a header name, without
+// allocating for the names API clients usually send.
+func canonicalKey(name []byte) string {
+	for _, known := range [...]string{
+		"Host", "Content-Length", "Content-Type", "User-Agent", "Accept",
+		"Accept-Encoding", "Authorization", "Connection",
+	} {
+		if len(name) == len(known) && bytes.EqualFold(name, []byte(known)) {
+			return known
+		}
+	}
+	return http.CanonicalHeaderKey(string(name))
+}
+
+// headerHasToken reports whether the comma-separated values of key in h
+// include token, case-insensitively.
+func headerHasToken(h http.Header, key, token string) bool {
+	for _, v := range h[key] {
+		for t := range bytes.SplitSeq([]byte(v), []byte(",")) {
+			if bytes.EqualFold(bytes.Trim(t, " \t"), []byte(token)) {
+				return true
+			}
+		}
+	}
+	return false
+}

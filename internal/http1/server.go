@@ -1,0 +1,286 @@
+// Package http1 serves the API's job endpoints over HTTP/1.1 without
+// net/http's per-request machinery, and hands every other connection to a
+// net/http server.
+//
+// Profiles of the push load showed net/http's serving loop costing about a
+// third of the server's CPU: a background read goroutine per request (which
+// notices a client leaving), a deadline dance to stop it, and allocations.
+// A request this package takes is a plain one: "POST <fast path> HTTP/1.1"
+// with a Host, a Content-Length body of at most MaxBody bytes, the whole
+// head within the read buffer, no Transfer-Encoding, Expect, Upgrade or
+// Trailer, and a Connection header of keep-alive or close. It runs the same
+// http.Handler net/http would run. The first request that is anything else
+// (a GET, a chunked body, HTTP/1.0, a query string, an odd header) hands
+// its connection, with the bytes read so far, to the net/http server, which
+// then owns it to the end: the uncommon cases get net/http's behaviour,
+// not a second implementation of it.
+//
+// A request on a path that can hold (a /pop waiting for jobs) has its
+// context cancelled when the client goes away, as net/http does, by a
+// watcher that waits for the connection to become readable without reading
+// it. Quick paths get no watcher.
+package http1
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultMaxBody is the largest Content-Length taken when Server.MaxBody
+// is zero. Larger requests (batches) go to net/http.
+const DefaultMaxBody = 64 << 10
+
+// readBufferSize is the read buffer of a connection: a request head must
+// fit in it to be taken here.
+const readBufferSize = 4096
+
+// Server serves one listener: the requests it takes itself, the rest
+// through Fallback.
+type Server struct {
+	// Handler runs the requests taken here; normally Fallback.Handler.
+	Handler http.Handler
+	// Fallback serves the connections handed to it. Its Handler, timeouts
+	// and ErrorLog apply to them; Serve starts it, Shutdown and Close stop
+	// it. Its Addr and listener-related fields are ignored.
+	Fallback *http.Server
+	// Paths are the request paths taken here; a true value marks a path
+	// whose requests can hold, so that a client leaving cancels them.
+	Paths map[string]bool
+	// MaxBody is the largest Content-Length taken here (0: DefaultMaxBody).
+	MaxBody int64
+	// ReadHeaderTimeout bounds reading a request head and IdleTimeout the
+	// wait for the next request on a kept-alive connection; zero means no
+	// limit, as in net/http.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	Logger            *slog.Logger
+
+	mu       sync.Mutex
+	listener net.Listener
+	handoff  *handoffListener
+	conns    map[*conn]struct{}
+	// closing is set by Shutdown and Close: connections end after their
+	// current response and idle ones are closed.
+	closing     atomic.Bool
+	fallbackErr atomic.Pointer[error]
+}
+
+// Serve accepts connections on l until Shutdown or Close, and serves them.
+// It always returns a non-nil error: http.ErrServerClosed after a shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.listener = l
+	s.handoff = newHandoffListener(l.Addr())
+	s.conns = make(map[*conn]struct{})
+	handoff := s.handoff
+	s.mu.Unlock()
+
+	go func() {
+		err := s.Fallback.Serve(handoff)
+		if !s.closing.Load() {
+			// The net/http side failed on its own: stop serving with its
+			// error rather than hand connections to nobody.
+			s.fallbackErr.Store(&err)
+			_ = l.Close()
+		}
+	}()
+
+	var backoff time.Duration
+	for {
+		rw, err := l.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return http.ErrServerClosed
+			}
+			if failed := s.fallbackErr.Load(); failed != nil {
+				return fmt.Errorf("http fallback server: %w", *failed)
+			}
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() || isTemporary(err) {
+				// Too many open files and the like: wait and retry, as
+				// net/http does, instead of stopping the server.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.logger().Warn("http: accept failed; retrying", "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		c := newConn(s, rw)
+		if !s.track(c) {
+			_ = rw.Close()
+			return http.ErrServerClosed
+		}
+		go c.serve()
+	}
+}
+
+// isTemporary reports an accept error worth retrying (EMFILE, ENFILE,
+// ECONNABORTED and the like report Temporary).
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func (s *Server) maxBody() int64 {
+	if s.MaxBody > 0 {
+		return s.MaxBody
+	}
+	return DefaultMaxBody
+}
+
+// track adds c to the connections Shutdown waits for; false once closing.
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// handOff gives a connection to the net/http server. False when it is
+// shutting down: the caller closes the connection.
+func (s *Server) handOff(c net.Conn) bool {
+	return s.handoff.give(c)
+}
+
+// Shutdown stops accepting, closes idle connections, and waits until every
+// request in progress has been answered, its own and the net/http
+// server's, or ctx ends; then it returns ctx's error and leaves the rest
+// to Close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.beginClosing()
+	fallbackDone := make(chan error, 1)
+	go func() { fallbackDone <- s.Fallback.Shutdown(ctx) }()
+
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		if s.closeIdle() == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-poll.C:
+		}
+	}
+	return <-fallbackDone
+}
+
+// Close closes the listener and every connection at once, its own and
+// the net/http server's.
+func (s *Server) Close() error {
+	s.beginClosing()
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.rwc.Close()
+	}
+	s.mu.Unlock()
+	return s.Fallback.Close()
+}
+
+func (s *Server) beginClosing() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Swap(true) {
+		return
+	}
+	if s.listener != nil {
+		_ = s.listener.Close()
+	}
+	if s.handoff != nil {
+		s.handoff.stop()
+	}
+}
+
+// closeIdle closes the connections waiting for a request and returns how
+// many connections are left.
+func (s *Server) closeIdle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.state.CompareAndSwap(stateIdle, stateClosed) {
+			_ = c.rwc.Close()
+		}
+	}
+	return len(s.conns)
+}
+
+// handoffListener is the net/http server's listener: Accept returns the
+// connections handed over.
+type handoffListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+
+	mu      sync.Mutex
+	stopped bool
+	done    chan struct{}
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// give passes c to Accept; false once the listener is closed.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.stopped {
+		l.stopped = true
+		close(l.done)
+	}
+}
+
+// Close is called by the net/http server when it shuts down.
+func (l *handoffListener) Close() error {
+	l.stop()
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }

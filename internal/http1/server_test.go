@@ -1,0 +1,427 @@
+package http1
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// seen is what the echo handler reports of a request.
+type seen struct {
+	Via    string
+	Method string
+	Path   string
+	Host   string
+	Body   string
+	Token  string
+	Proto  string
+}
+
+// echo answers what it saw of the request, naming which server ran it.
+func echo(via string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(seen{Via: via, Method: r.Method, Path: r.URL.Path, Host: r.Host,
+			Body: string(body), Token: r.Header.Get("Authorization"), Proto: r.Proto})
+	})
+}
+
+type testServer struct {
+	addr   string
+	srv    *Server
+	served chan error
+}
+
+func startServer(t *testing.T, fast, fallback http.Handler, paths map[string]bool) *testServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{
+		addr: l.Addr().String(),
+		srv: &Server{
+			Handler:           fast,
+			Fallback:          &http.Server{Handler: fallback, ReadHeaderTimeout: 5 * time.Second},
+			Paths:             paths,
+			MaxBody:           1024,
+			ReadHeaderTimeout: 5 * time.Second,
+		},
+		served: make(chan error, 1),
+	}
+	go func() { ts.served <- ts.srv.Serve(l) }()
+	t.Cleanup(func() {
+		_ = ts.srv.Close()
+		select {
+		case <-ts.served:
+		case <-time.After(5 * time.Second):
+			t.Error("Serve did not return after Close")
+		}
+	})
+	return ts
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+// roundTrip sends raw and reads one answer.
+func roundTrip(t *testing.T, c net.Conn, br *bufio.Reader, raw string) (*http.Response, seen) {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	return readAnswer(t, br)
+}
+
+func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, seen) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read answer body: %v", err)
+	}
+	var s seen
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, &s); err != nil {
+			t.Fatalf("answer %q: %v", body, err)
+		}
+	}
+	return resp, s
+}
+
+func post(path, body string, headers ...string) string {
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n%s\r\n%s",
+		path, len(body), strings.Join(append(headers, ""), "\r\n"), body)
+}
+
+func TestWhichRequestsAreServedHere(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false})
+	tests := []struct {
+		name   string
+		raw    string
+		via    string
+		status int
+	}{
+		{"plain POST", post("/push", `{"id":"a"}`, "Authorization: Bearer t"), "fast", 200},
+		{"lower-case names", "POST /push HTTP/1.1\r\nhost: q.example\r\ncontent-length: 2\r\nauthorization: Bearer t\r\n\r\n{}", "fast", 200},
+		{"bare LF line ends", "POST /push HTTP/1.1\nHost: q.example\nContent-Length: 2\n\n{}", "fast", 200},
+		{"no body", "POST /push HTTP/1.1\r\nHost: q.example\r\n\r\n", "fast", 200},
+		{"Connection keep-alive", post("/push", "{}", "Connection: keep-alive"), "fast", 200},
+		{"other path", post("/stats", "{}"), "net/http", 200},
+		{"GET", "GET /push HTTP/1.1\r\nHost: q.example\r\n\r\n", "net/http", 200},
+		{"query string", post("/push?x=1", "{}"), "net/http", 200},
+		{"HTTP/1.0", "POST /push HTTP/1.0\r\nHost: q.example\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n{}", "net/http", 200},
+		{"chunked", "POST /push HTTP/1.1\r\nHost: q.example\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "net/http", 200},
+		{"body above MaxBody", post("/push", strings.Repeat("x", 1025)), "net/http", 200},
+		{"two Content-Lengths", "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}", "net/http", 200},
+		{"folded header", post("/push", "{}", "X-A: 1", " 2"), "net/http", 200},
+		{"Connection upgrade", post("/push", "{}", "Connection: upgrade", "Upgrade: websocket"), "net/http", 200},
+		{"head larger than the buffer", post("/push", "{}", "X-Big: "+strings.Repeat("b", 5000)), "net/http", 200},
+		{"missing Host", "POST /push HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", "", 400},
+		{"bad header name", post("/push", "{}", "X A: 1"), "", 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, br := dial(t, ts.addr)
+			resp, s := roundTrip(t, c, br, tt.raw)
+			if resp.StatusCode != tt.status || s.Via != tt.via {
+				t.Fatalf("status %d via %q, want %d via %q", resp.StatusCode, s.Via, tt.status, tt.via)
+			}
+			if tt.via == "fast" && (s.Method != "POST" || s.Path != "/push" || s.Host != "q.example") {
+				t.Errorf("handler saw %+v", s)
+			}
+		})
+	}
+}
+
+func TestAnswersKeepTheHandlersHeadersAndBody(t *testing.T) {
+	fast := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/teapot":
+			w.Header().Set("Content-Length", "999") // wrong: the connection's own is sent
+			w.Header().Set("X-Kind", "tea")
+			w.WriteHeader(http.StatusTeapot)
+			_, _ = io.WriteString(w, "short and stout")
+		case "/empty":
+		case "/nocontent":
+			w.WriteHeader(http.StatusNoContent)
+			_, _ = io.WriteString(w, "dropped")
+		}
+	})
+	ts := startServer(t, fast, echo("net/http"), map[string]bool{"/teapot": false, "/empty": false, "/nocontent": false})
+	c, br := dial(t, ts.addr)
+	tests := []struct {
+		path, body string
+		status     int
+		header     map[string]string
+	}{
+		{"/teapot", "short and stout", 418, map[string]string{"X-Kind": "tea", "Content-Length": "15",
+			"Content-Type": "text/plain; charset=utf-8"}},
+		{"/empty", "", 200, map[string]string{"Content-Length": "0"}},
+		{"/nocontent", "", 204, map[string]string{"Content-Length": ""}},
+	}
+	for _, tt := range tests {
+		if _, err := io.WriteString(c, post(tt.path, "")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != tt.status || string(body) != tt.body {
+			t.Errorf("%s: %d %q, want %d %q", tt.path, resp.StatusCode, body, tt.status, tt.body)
+		}
+		for k, v := range tt.header {
+			if got := resp.Header.Get(k); got != v {
+				t.Errorf("%s: %s = %q, want %q", tt.path, k, got, v)
+			}
+		}
+		if resp.Header.Get("Date") == "" {
+			t.Errorf("%s: no Date header", tt.path)
+		}
+	}
+}
+
+func TestKeepAliveThenHandOff(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false})
+	c, br := dial(t, ts.addr)
+	for i := range 3 {
+		if _, s := roundTrip(t, c, br, post("/push", fmt.Sprintf(`{"n":%d}`, i))); s.Via != "fast" || s.Body != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Fatalf("request %d: %+v", i, s)
+		}
+	}
+	// A request net/http must read hands the connection over for good.
+	if _, s := roundTrip(t, c, br, "GET /other HTTP/1.1\r\nHost: q.example\r\n\r\n"); s.Via != "net/http" {
+		t.Fatalf("GET went %q", s.Via)
+	}
+	if _, s := roundTrip(t, c, br, post("/push", `{"after":1}`)); s.Via != "net/http" || s.Body != `{"after":1}` {
+		t.Fatalf("after the hand-off: %+v", s)
+	}
+}
+
+func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false})
+	c, br := dial(t, ts.addr)
+	// The third is handed off with the fourth behind it, still unread.
+	raw := post("/push", "1") + post("/push", "2") + post("/stats", "3") + post("/push", "4")
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	want := []seen{{Via: "fast", Body: "1"}, {Via: "fast", Body: "2"}, {Via: "net/http", Body: "3"}, {Via: "net/http", Body: "4"}}
+	for i, w := range want {
+		_, s := readAnswer(t, br)
+		if s.Via != w.Via || s.Body != w.Body {
+			t.Fatalf("answer %d: %+v, want via %s body %s", i, s, w.Via, w.Body)
+		}
+	}
+}
+
+func TestHeadArrivingInPieces(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false})
+	c, br := dial(t, ts.addr)
+	raw := post("/push", `{"slow":true}`)
+	for i := 0; i < len(raw); i += 7 {
+		if _, err := io.WriteString(c, raw[i:min(i+7, len(raw))]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, s := readAnswer(t, br); s.Via != "fast" || s.Body != `{"slow":true}` {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestConnectionCloseIsHonoured(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false})
+	c, br := dial(t, ts.addr)
+	resp, s := roundTrip(t, c, br, post("/push", "{}", "Connection: close"))
+	if s.Via != "fast" || !resp.Close {
+		t.Fatalf("via %q, close %v", s.Via, resp.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after Connection: close the server should close, read gave %v", err)
+	}
+}
+
+func TestRealClient(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false})
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 5 {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+ts.addr+"/push", strings.NewReader(fmt.Sprint(i)))
+		req.Header.Set("Authorization", "Bearer secret")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s seen
+		err = json.NewDecoder(resp.Body).Decode(&s)
+		resp.Body.Close()
+		if err != nil || s.Via != "fast" || s.Body != fmt.Sprint(i) || s.Token != "Bearer secret" || s.Host != ts.addr {
+			t.Fatalf("request %d: %+v %v", i, s, err)
+		}
+	}
+}
+
+// holder waits until its request's context ends and reports why.
+type holder struct {
+	started chan struct{}
+	ended   chan error
+}
+
+func (h *holder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.ReadAll(r.Body)
+	h.started <- struct{}{}
+	select {
+	case <-r.Context().Done():
+		h.ended <- r.Context().Err()
+	case <-time.After(20 * time.Second):
+		h.ended <- errors.New("not cancelled")
+	}
+}
+
+func TestClientLeavingCancelsAHeldRequest(t *testing.T) {
+	if !canWatch {
+		t.Skip("held paths are left to net/http on this system")
+	}
+	h := &holder{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+	ts := startServer(t, h, echo("net/http"), map[string]bool{"/pop": true})
+	c, _ := dial(t, ts.addr)
+	if _, err := io.WriteString(c, post("/pop", `{"topic":"t"}`)); err != nil {
+		t.Fatal(err)
+	}
+	<-h.started
+	c.Close()
+	select {
+	case err := <-h.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("held request ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held request was not cancelled after its client left")
+	}
+}
+
+func TestHeldRequestAnswersWhileClientStays(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var cancelled bool
+	fast := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			mu.Lock()
+			cancelled = true
+			mu.Unlock()
+		}
+		_, _ = io.WriteString(w, `{"via":"fast"}`)
+	})
+	ts := startServer(t, fast, echo("net/http"), map[string]bool{"/pop": true})
+	c, br := dial(t, ts.addr)
+	if _, err := io.WriteString(c, post("/pop", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, func() { close(release) })
+	resp, s := readAnswer(t, br)
+	mu.Lock()
+	defer mu.Unlock()
+	if resp.StatusCode != 200 || s.Via != "fast" || cancelled {
+		t.Fatalf("status %d via %q cancelled %v", resp.StatusCode, s.Via, cancelled)
+	}
+	// The connection is still good for the next request.
+	if _, err := io.WriteString(c, post("/pop", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	if _, s := readAnswer(t, br); s.Via != "fast" {
+		t.Fatalf("second request via %q", s.Via)
+	}
+}
+
+func TestShutdownWaitsForActiveRequestsAndClosesIdle(t *testing.T) {
+	h := &holder{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+	release := make(chan struct{})
+	fast := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			h.started <- struct{}{}
+			<-release
+		}
+		_, _ = io.WriteString(w, `{"Via":"fast"}`)
+	})
+	ts := startServer(t, fast, echo("net/http"), map[string]bool{"/slow": false, "/push": false})
+	idle, idleReader := dial(t, ts.addr)
+	roundTrip(t, idle, idleReader, post("/push", "{}"))
+	handedOff, handedReader := dial(t, ts.addr)
+	roundTrip(t, handedOff, handedReader, "GET / HTTP/1.1\r\nHost: q.example\r\n\r\n")
+	busy, busyReader := dial(t, ts.addr)
+	if _, err := io.WriteString(busy, post("/slow", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	<-h.started
+
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- ts.srv.Shutdown(context.Background()) }()
+	for _, r := range []*bufio.Reader{idleReader, handedReader} {
+		if _, err := r.ReadByte(); err != io.EOF {
+			t.Fatalf("an idle connection should be closed by Shutdown, read gave %v", err)
+		}
+	}
+	select {
+	case err := <-shutdown:
+		t.Fatalf("Shutdown returned %v with a request in progress", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	resp, s := readAnswer(t, busyReader)
+	if s.Via != "fast" || !resp.Close {
+		t.Fatalf("the request in progress: via %q, Connection: close %v", s.Via, resp.Close)
+	}
+	if err := <-shutdown; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-ts.served; !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve returned %v", err)
+	}
+	ts.served <- http.ErrServerClosed // for the cleanup
+	if _, err := net.Dial("tcp", ts.addr); err == nil {
+		t.Fatal("still accepting after Shutdown")
+	}
+}
+
+func TestEndOfHead(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"POST / HTTP/1.1\r\nHost: a\r\n\r\nbody", 28},
+		{"POST / HTTP/1.1\nHost: a\n\nbody", 25},
+		{"POST / HTTP/1.1\r\nHost: a\r\n", 0},
+		{"POST / HTTP/1.1\r\nHost: a\r\n\r", 0},
+		{"", 0},
+	}
+	for _, tt := range tests {
+		if got := endOfHead([]byte(tt.in)); got != tt.want {
+			t.Errorf("endOfHead(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}
