@@ -133,3 +133,29 @@ func (c *coalescer[T, R]) run(ctx context.Context, batch []*coalescedCall[T, R])
 		close(b.done)
 	}
 }
+
+// lanes splits calls by size between two coalescers: calls of one item
+// (a single push, pop, finish or delete) share script calls with one in
+// flight at a time, so that those arriving meanwhile make the next call
+// larger; larger calls (batches) get two in flight, so that Redis runs one
+// while the next is sent. Measured with dq-bench, one slot gave single
+// pushes and pop-finish more than two, and two gave batches more than one.
+type lanes[T any, R any] struct {
+	single, batch *coalescer[T, R]
+	size          func(T) int
+}
+
+func newLanes[T any, R any](maxSize int, size func(T) int, exec func(context.Context, []T) ([]R, error)) *lanes[T, R] {
+	return &lanes[T, R]{
+		single: newCoalescer(singleSlots, maxSize, size, exec),
+		batch:  newCoalescer(batchSlots, maxSize, size, exec),
+		size:   size,
+	}
+}
+
+func (l *lanes[T, R]) do(ctx context.Context, item T) (R, error) {
+	if l.size(item) > 1 {
+		return l.batch.do(ctx, item)
+	}
+	return l.single.do(ctx, item)
+}

@@ -49,6 +49,52 @@ func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
 	}
 }
 
+// Calls of one item run one script call at a time; a batch does not wait
+// for them, and batches may run two at a time.
+func TestLanesSlotsBySize(t *testing.T) {
+	var running atomic.Int64
+	entered := make(chan []int, 10)
+	release := make(chan struct{})
+	l := newLanes(100, func(items []int) int { return len(items) }, func(_ context.Context, calls [][]int) ([]int, error) {
+		running.Add(1)
+		entered <- calls[0]
+		<-release
+		running.Add(-1)
+		return make([]int, len(calls)), nil
+	})
+	var wg sync.WaitGroup
+	call := func(items ...int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := l.do(context.Background(), items); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	call(1)
+	<-entered
+	// A second single call queues behind the first; two batches run beside it.
+	call(2)
+	call(3, 4)
+	call(5, 6)
+	for range 2 {
+		select {
+		case got := <-entered:
+			if len(got) < 2 {
+				t.Fatalf("single call %v ran while another single call was running", got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("batches waited for a single call")
+		}
+	}
+	if got := running.Load(); got != 3 {
+		t.Fatalf("%d script calls in flight, want 3 (one single, two batches)", got)
+	}
+	close(release)
+	wg.Wait()
+}
+
 func TestCoalescerErrorsAndCancellation(t *testing.T) {
 	boom := errors.New("boom")
 	block := make(chan struct{})

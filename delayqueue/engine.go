@@ -50,12 +50,11 @@ const (
 	defaultDispatchers = 4
 	defaultMoveBatch   = 500
 	defaultMaxHeldPops = 20000
-	// coalescerSlots bounds the script calls of one kind in flight at once;
-	// calls arriving meanwhile share the next one. Two keep Redis busy
-	// (one call runs while the next is sent) and make batches larger than
-	// more slots would: measured with dq-bench, 2 beat 4 and 8 for single
-	// pushes and pop-finish, and 1 for batch pushes.
-	coalescerSlots = 2
+	// singleSlots and batchSlots bound the script calls of one kind in
+	// flight at once, for calls of one item and for larger ones (see
+	// lanes); calls arriving meanwhile share the next one.
+	singleSlots = 1
+	batchSlots  = 2
 	// maxClaimsPerCall bounds the jobs one shared claim script may take.
 	maxClaimsPerCall = 500
 	// Dead letters kept per topic, and for how long.
@@ -90,10 +89,10 @@ type Queue struct {
 	obs         Observer
 
 	// Concurrent pushes, claims, finishes and deletes share script calls.
-	pushes   *coalescer[pushCall, pushReply]
-	claims   *coalescer[claimCall, []*Delivery]
-	finishes *coalescer[[]any, []removal]
-	deletes  *coalescer[[]any, []removal]
+	pushes   *lanes[pushCall, pushReply]
+	claims   *lanes[claimCall, []*Delivery]
+	finishes *lanes[[]any, []removal]
+	deletes  *lanes[[]any, []removal]
 }
 
 // New builds a Queue. It does not touch Redis; Run starts the background
@@ -160,11 +159,11 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		stopWaiting: make(chan struct{}),
 		obs:         opts.Observer,
 	}
-	q.pushes = newCoalescer(coalescerSlots, MaxPushBatchJobs, func(c pushCall) int { return c.jobs }, q.execPushes)
-	q.claims = newCoalescer(coalescerSlots, maxClaimsPerCall, func(c claimCall) int { return c.count }, q.execClaims)
+	q.pushes = newLanes(MaxPushBatchJobs, func(c pushCall) int { return c.jobs }, q.execPushes)
+	q.claims = newLanes(maxClaimsPerCall, func(c claimCall) int { return c.count }, q.execClaims)
 	idCount := func(ids []any) int { return len(ids) }
-	q.finishes = newCoalescer(coalescerSlots, MaxIDsPerCall, idCount, q.execRemovals(sc.finish))
-	q.deletes = newCoalescer(coalescerSlots, MaxIDsPerCall, idCount, q.execRemovals(sc.remove))
+	q.finishes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(sc.finish))
+	q.deletes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(sc.remove))
 	for i := 1; i <= opts.BucketSize; i++ {
 		q.scanners = append(q.scanners, newScanner(q, i))
 	}

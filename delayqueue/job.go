@@ -61,7 +61,7 @@ func (q *Queue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
 
 // removeJobs runs finish.lua or delete.lua (through its coalescer) on ids
 // and returns each id's status; observe counts the jobs removed per topic.
-func (q *Queue) removeJobs(ctx context.Context, op string, remover *coalescer[[]any, []removal], ids []string, observe func(string, int)) ([]int64, error) {
+func (q *Queue) removeJobs(ctx context.Context, op string, remover *lanes[[]any, []removal], ids []string, observe func(string, int)) ([]int64, error) {
 	if len(ids) == 0 || len(ids) > MaxIDsPerCall {
 		return nil, fmt.Errorf("%s: %w: 1 to %d ids are needed", op, ErrInvalidJob, MaxIDsPerCall)
 	}
