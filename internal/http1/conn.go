@@ -93,9 +93,6 @@ func (c *conn) serve() {
 		if !ok {
 			// Not one of ours: net/http reads this request, and every
 			// later one, from the bytes still buffered.
-			if c.bw.Flush() != nil {
-				return
-			}
 			c.srv.forget(c)
 			handedOff = c.srv.handOff(&bufferedConn{Conn: c.rwc, r: c.br})
 			return
@@ -233,6 +230,9 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 // handle reads the body, runs the handler and writes its answer. False
 // means the connection is done.
 func (c *conn) handle(req request) bool {
+	// No deadline on the body nor while the handler runs, as in net/http
+	// without a ReadTimeout; the next request's wait sets its own.
+	_ = c.rwc.SetReadDeadline(time.Time{})
 	var body io.ReadCloser = http.NoBody
 	if req.length > 0 {
 		if int64(cap(c.body)) < req.length {
@@ -244,9 +244,6 @@ func (c *conn) handle(req request) bool {
 		}
 		body = &bodyReader{Reader: bytes.NewReader(c.body)}
 	}
-	// No deadline while the handler runs, as in net/http without a
-	// ReadTimeout; the next request's wait sets its own.
-	_ = c.rwc.SetReadDeadline(time.Time{})
 
 	r := &http.Request{
 		Method:        http.MethodPost,
@@ -274,16 +271,17 @@ func (c *conn) handle(req request) bool {
 	} else {
 		c.srv.Handler.ServeHTTP(w, r)
 	}
-	c.reply = w.body
+	if cap(w.body) <= maxKeptReply {
+		c.reply = w.body // a rare large answer is not kept per connection
+	}
 	closing := req.close || c.srv.closing.Load() || headerHasToken(w.header, "Connection", "close")
 	if err := c.writeResponse(w, closing); err != nil {
 		return false
 	}
-	if closing || c.br.Buffered() == 0 {
-		// Pipelined requests already here are answered first, together.
-		if c.bw.Flush() != nil {
-			return false
-		}
+	// Flushed at once, as net/http does, even with a pipelined request
+	// already buffered: that one may hold or wait for the rest of its bytes.
+	if c.bw.Flush() != nil {
+		return false
 	}
 	return !closing
 }

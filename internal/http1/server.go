@@ -41,6 +41,10 @@ const DefaultMaxBody = 64 << 10
 // fit in it to be taken here.
 const readBufferSize = 4096
 
+// maxKeptReply is the largest answer buffer a connection keeps for its
+// next request.
+const maxKeptReply = 64 << 10
+
 // Server serves one listener: the requests it takes itself, the rest
 // through Fallback.
 type Server struct {

@@ -42,7 +42,7 @@ type testServer struct {
 	served chan error
 }
 
-func startServer(t *testing.T, fast, fallback http.Handler, paths map[string]bool) *testServer {
+func startServer(t *testing.T, fast, fallback http.Handler, paths map[string]bool, adjust ...func(*Server)) *testServer {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,6 +58,9 @@ func startServer(t *testing.T, fast, fallback http.Handler, paths map[string]boo
 			ReadHeaderTimeout: 5 * time.Second,
 		},
 		served: make(chan error, 1),
+	}
+	for _, f := range adjust {
+		f(ts.srv)
 	}
 	go func() { ts.served <- ts.srv.Serve(l) }()
 	t.Cleanup(func() {
@@ -249,6 +252,24 @@ func TestHeadArrivingInPieces(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	if _, s := readAnswer(t, br); s.Via != "fast" || s.Body != `{"slow":true}` {
+		t.Fatalf("%+v", s)
+	}
+}
+
+// As in net/http without a ReadTimeout, the header timeout bounds the head
+// only: a body may take longer.
+func TestBodyIsNotBoundByTheHeaderTimeout(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false},
+		func(s *Server) { s.ReadHeaderTimeout = 50 * time.Millisecond })
+	c, br := dial(t, ts.addr)
+	if _, err := io.WriteString(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: 7\r\n\r\n{\"a\""); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // four header timeouts
+	if _, err := io.WriteString(c, ":1}"); err != nil {
+		t.Fatal(err)
+	}
+	if _, s := readAnswer(t, br); s.Via != "fast" || s.Body != `{"a":1}` {
 		t.Fatalf("%+v", s)
 	}
 }
