@@ -756,11 +756,7 @@ func TestRunHeldPopsOfDepartedClients(t *testing.T) {
 	body := `{"topic":"gone","timeout":30}`
 	var conns []net.Conn
 	for range waiters {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := dialRaw(t, addr)
 		raw := fmt.Sprintf("POST /pop HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
 		if _, err := io.WriteString(c, raw); err != nil {
 			t.Fatal(err)
@@ -779,12 +775,7 @@ func TestRunHeldPopsOfDepartedClients(t *testing.T) {
 
 	// Pushed in chunks (net/http's side of the port), popped by a live
 	// consumer on the first attempt.
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dialRaw(t, addr)
 	push := `{"topic":"gone","id":"after","ttr":60}`
 	raw := fmt.Sprintf("POST /push HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", addr, len(push), push)
 	if _, err := io.WriteString(c, raw); err != nil {
@@ -805,12 +796,7 @@ func TestRunHeldPopsOfDepartedClients(t *testing.T) {
 	}
 
 	// HTTP/1.0, which net/http answers and then closes.
-	c10, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c10.Close()
-	_ = c10.SetDeadline(time.Now().Add(10 * time.Second))
+	c10 := dialRaw(t, addr)
 	get := `{"id":"after"}`
 	if _, err := fmt.Fprintf(c10, "POST /get HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s", len(get), get); err != nil {
 		t.Fatal(err)
@@ -819,4 +805,17 @@ func TestRunHeldPopsOfDepartedClients(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(all), "HTTP/1.0 200") || !strings.Contains(string(all), `"id":"after"`) {
 		t.Fatalf("HTTP/1.0 get: %q %v", all, err)
 	}
+}
+
+// dialRaw opens a TCP connection to addr for hand-written requests, with a
+// 10 s deadline; the test's end closes it.
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
 }
