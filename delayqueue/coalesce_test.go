@@ -74,10 +74,11 @@ func TestLanesSlotsBySize(t *testing.T) {
 	}
 	call(1)
 	<-entered
-	// A second single call queues behind the first; two batches run beside it.
+	// A second single call queues behind the first; two batches run beside
+	// it (60 items each: too many to share one call of at most 100).
 	call(2)
-	call(3, 4)
-	call(5, 6)
+	call(make([]int, 60)...)
+	call(make([]int, 60)...)
 	for range 2 {
 		select {
 		case got := <-entered:
