@@ -23,9 +23,10 @@ run: ## start the server on 127.0.0.1:9277 with an in-memory Redis (nothing to i
 build: ## build the binaries into bin/, with the version from git describe
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-test: ## run every test with the race detector, then fuzz the request decoding briefly
+test: ## run every test with the race detector, then fuzz the request parsing and decoding briefly
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime 10s ./routers/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeadAgreesWithNetHTTP$$' -fuzztime 10s ./internal/http1/
 
 lint: ## check formatting (gofmt) and run go vet
 	@unformatted="$$(gofmt -l .)"; \
@@ -37,8 +38,9 @@ lint: ## check formatting (gofmt) and run go vet
 bench: ## load benchmark: figures and ratios to redis-benchmark on the same Redis (ARGS=-quick: short run)
 	GO=$(GO) scripts/bench.sh $(ARGS)
 
-fuzz: ## fuzz the HTTP request decoding for FUZZ_TIME (default 30s)
+fuzz: ## fuzz the HTTP request parsing and decoding for FUZZ_TIME each (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./routers/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeadAgreesWithNetHTTP$$' -fuzztime $(FUZZ_TIME) ./internal/http1/
 
 clean: ## remove bin/
 	rm -rf bin
