@@ -206,16 +206,11 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 			}
 			sawLength, req.length = true, n
 		case "Connection":
-			for token := range bytes.SplitSeq(value, []byte(",")) {
-				token = bytes.Trim(token, " \t")
-				switch {
-				case bytes.EqualFold(token, []byte("close")):
-					req.close = true
-				case bytes.EqualFold(token, []byte("keep-alive")):
-				default:
-					return req, false
-				}
+			closes, other := connectionTokens(value)
+			if other {
+				return req, false
 			}
+			req.close = req.close || closes
 		case "Transfer-Encoding", "Expect", "Upgrade", "Trailer":
 			return req, false
 		}
@@ -274,7 +269,11 @@ func (c *conn) handle(req request) bool {
 	if cap(w.body) <= maxKeptReply {
 		c.reply = w.body // a rare large answer is not kept per connection
 	}
-	closing := req.close || c.srv.closing.Load() || headerHasToken(w.header, "Connection", "close")
+	closing := req.close || c.srv.closing.Load()
+	for _, v := range w.header["Connection"] {
+		closes, _ := connectionTokens([]byte(v))
+		closing = closing || closes
+	}
 	if err := c.writeResponse(w, closing); err != nil {
 		return false
 	}
@@ -462,15 +461,17 @@ func canonicalKey(name []byte) string {
 	return http.CanonicalHeaderKey(string(name))
 }
 
-// headerHasToken reports whether the comma-separated values of key in h
-// include token, case-insensitively.
-func headerHasToken(h http.Header, key, token string) bool {
-	for _, v := range h[key] {
-		for t := range bytes.SplitSeq([]byte(v), []byte(",")) {
-			if bytes.EqualFold(bytes.Trim(t, " \t"), []byte(token)) {
-				return true
-			}
+// connectionTokens reads a Connection header value: whether it says close,
+// and whether it names anything but close and keep-alive.
+func connectionTokens(value []byte) (closes, other bool) {
+	for token := range bytes.SplitSeq(value, []byte(",")) {
+		token = bytes.Trim(token, " \t")
+		switch {
+		case bytes.EqualFold(token, []byte("close")):
+			closes = true
+		case !bytes.EqualFold(token, []byte("keep-alive")):
+			other = true
 		}
 	}
-	return false
+	return closes, other
 }
