@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -63,6 +64,7 @@ func allPhases() []string {
 type settings struct {
 	serverURL     string
 	httpClient    string // clientLean or clientStd
+	loop          bool   // push, pop-finish and http-floor on the event-loop client
 	floorURL      string // the http-floor phase's empty server
 	redisAddr     string
 	redisDB       int
@@ -103,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flags.StringVar(&s.serverURL, "url", "http://127.0.0.1:9277", "base `URL` of the delay-queue server")
 	flags.StringVar(&s.httpClient, "http-client", clientLean,
 		"HTTP client: lean (a minimal keep-alive HTTP/1.1 client, like wrk) or std (Go's net/http)")
+	flags.BoolVar(&s.loop, "loop", runtime.GOOS == "linux",
+		"run push, pop-finish and http-floor on the event-loop client (epoll, Linux only), the cheapest for a shared machine; false: on goroutines with -http-client")
 	flags.StringVar(&s.redisAddr, "redis", "127.0.0.1:6379", "`host:port` of the server's Redis (its db is emptied!)")
 	flags.IntVar(&s.redisDB, "redis-db", 1, "the server's redis.db")
 	flags.StringVar(&s.redisPassword, "redis-password", "", "the server's redis.password")

@@ -14,10 +14,7 @@ func (b *bench) runPush(ctx context.Context) error {
 	if err := b.redis.flushDB(); err != nil {
 		return err
 	}
-	body := jobBody()
-	ok, took, err := b.pushMany(ctx, b.s.clients, b.s.pushJobs, func(i int) pushJob {
-		return pushJob{Topic: readyTopic, ID: jobID('p', i), TTR: jobTTR, Body: body}
-	})
+	ok, took, err := b.pushReady(ctx)
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
 	}
@@ -36,10 +33,7 @@ func (b *bench) runPopFinish(ctx context.Context) error {
 		if err := b.redis.flushDB(); err != nil {
 			return err
 		}
-		body := jobBody()
-		ok, _, err := b.pushMany(ctx, b.s.clients, b.s.pushJobs, func(i int) pushJob {
-			return pushJob{Topic: readyTopic, ID: jobID('p', i), TTR: jobTTR, Body: body}
-		})
+		ok, _, err := b.pushReady(ctx)
 		if err != nil {
 			return fmt.Errorf("fill ready jobs: %w", err)
 		}
@@ -48,12 +42,43 @@ func (b *bench) runPopFinish(ctx context.Context) error {
 	total := b.readyJobs
 	b.readyJobs = 0
 	start := time.Now()
-	drained, err := b.drain(ctx, readyTopic, total, b.s.clients, 0, nil)
-	if err != nil {
-		return fmt.Errorf("pop-finish: %w", err)
+	var lastFinish time.Time
+	if b.s.loop {
+		ctx, cancel := context.WithTimeout(ctx, drainDeadline(total))
+		defer cancel()
+		var err error
+		lastFinish, err = popFinishLoop(ctx, b.s.serverURL, readyTopic, total, b.s.clients)
+		if err != nil {
+			return fmt.Errorf("pop-finish: %w", err)
+		}
+	} else {
+		drained, err := b.drain(ctx, readyTopic, total, b.s.clients, 0, nil)
+		if err != nil {
+			return fmt.Errorf("pop-finish: %w", err)
+		}
+		lastFinish = drained.lastFinish
 	}
-	b.report.throughput(phasePopFinish, float64(total)/drained.lastFinish.Sub(start).Seconds(), atLeast(0.15))
+	b.report.throughput(phasePopFinish, float64(total)/lastFinish.Sub(start).Seconds(), atLeast(0.15))
 	return nil
+}
+
+// pushReady pushes s.pushJobs ready jobs (delay 0) of readyTopic, one per
+// request on s.clients clients, on the event loop or on goroutines.
+func (b *bench) pushReady(ctx context.Context) (int, time.Duration, error) {
+	body := jobBody()
+	makeJob := func(i int) pushJob {
+		return pushJob{Topic: readyTopic, ID: jobID('p', i), TTR: jobTTR, Body: body}
+	}
+	if b.s.loop {
+		return pushLoop(ctx, b.s.serverURL, b.s.clients, b.s.pushJobs, makeJob)
+	}
+	return b.pushMany(ctx, b.s.clients, b.s.pushJobs, makeJob)
+}
+
+// drainDeadline is how long draining total jobs may take: long enough for
+// a slow server, bounded so that a lost job does not hang the run.
+func drainDeadline(total int) time.Duration {
+	return time.Minute + time.Duration(total)*time.Millisecond
 }
 
 // runPushDelayed is push with a one-hour delay: the jobs go to a bucket
@@ -175,9 +200,7 @@ func (b *bench) drain(ctx context.Context, topic string, total, consumers, count
 	done := make(chan struct{})
 	var doneOnce sync.Once
 	errs := make(chan error, 1)
-	// Large enough for a slow server, bounded so that a lost job does not
-	// hang the run.
-	deadline := time.NewTimer(time.Minute + time.Duration(total)*time.Millisecond)
+	deadline := time.NewTimer(drainDeadline(total))
 	defer deadline.Stop()
 
 	record := func(got []delivery, at time.Time) {
