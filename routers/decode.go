@@ -75,9 +75,9 @@ func parseObject(body []byte, fields ...string) (jsonObject, error) {
 // be valid, and keeps those named in fields (see parseObject).
 func collectMembers(obj []byte, fields []string) (jsonObject, error) {
 	members := jsonObject{}
-	err := forEachMember(obj, func(key string, value json.RawMessage) {
+	err := forEachMember(obj, func(key []byte, value json.RawMessage) {
 		for _, field := range fields {
-			if !strings.EqualFold(key, field) {
+			if !strings.EqualFold(string(key), field) {
 				continue
 			}
 			if string(value) == "null" {
@@ -93,16 +93,19 @@ func collectMembers(obj []byte, fields []string) (jsonObject, error) {
 // forEachMember calls fn with each key (unquoted) and raw value of obj, a
 // valid JSON object, in order. It is a plain scanner, not a decoder: the
 // bytes were validated before, so it only has to find where things end.
-func forEachMember(obj []byte, fn func(key string, value json.RawMessage)) error {
+// The key is only valid during the call.
+func forEachMember(obj []byte, fn func(key []byte, value json.RawMessage)) error {
 	i := skipSpace(obj, 1) // past '{'
 	for i < len(obj) && obj[i] != '}' {
 		keyEnd := stringEnd(obj, i)
 		rawKey := obj[i:keyEnd]
-		key := string(rawKey[1 : len(rawKey)-1])
+		key := rawKey[1 : len(rawKey)-1]
 		if bytes.IndexByte(rawKey, '\\') >= 0 {
-			if err := json.Unmarshal(rawKey, &key); err != nil {
+			var unescaped string
+			if err := json.Unmarshal(rawKey, &unescaped); err != nil {
 				return malformedJSON(err)
 			}
+			key = []byte(unescaped)
 		}
 		i = skipSpace(obj, keyEnd)
 		i = skipSpace(obj, i+1) // past ':'

@@ -36,7 +36,7 @@ func TestForEachMemberMatchesTheDecoder(t *testing.T) {
 		}
 		var got []member
 		trimmed := bytes.TrimSpace([]byte(obj))
-		if err := forEachMember(trimmed, func(k string, v json.RawMessage) { got = append(got, member{k, string(v)}) }); err != nil {
+		if err := forEachMember(trimmed, func(k []byte, v json.RawMessage) { got = append(got, member{string(k), string(v)}) }); err != nil {
 			t.Fatalf("%s: %v", obj, err)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {

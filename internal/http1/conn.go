@@ -34,8 +34,14 @@ type conn struct {
 	bw *bufio.Writer
 	// body and reply are reused from request to request: a handler reads
 	// the body during its call and its answer is written before the next.
-	body  []byte
-	reply []byte
+	// So are the request's header map and values, the body's reader and the
+	// response writer, which no handler keeps past its return.
+	body     []byte
+	reply    []byte
+	header   http.Header
+	values   []string
+	bodyRead bodyReader
+	response responseWriter
 }
 
 func newConn(s *Server, rwc net.Conn) *conn {
@@ -173,7 +179,22 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 		return req, false
 	}
 	req.path, req.holds = string(target), holds
-	req.header = make(http.Header, 8)
+	// Every value is a substring of one copy of the head, and the value
+	// slices share one array: a handful of allocations per request fewer.
+	text := string(head)
+	substring := func(b []byte) string {
+		if len(b) == 0 {
+			return ""
+		}
+		at := cap(head) - cap(b) // b is a subslice of head
+		return text[at : at+len(b)]
+	}
+	if c.header == nil {
+		c.header = make(http.Header, 8)
+	}
+	clear(c.header)
+	req.header = c.header
+	c.values = c.values[:0]
 	sawLength := false
 	for {
 		line, rest, ok = cutLine(rest)
@@ -197,7 +218,7 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 			if req.host != "" || len(value) == 0 || !isHost(value) {
 				return req, false
 			}
-			req.host = string(value)
+			req.host = substring(value)
 			continue // net/http keeps Host out of Header too
 		case "Content-Length":
 			n, ok := parseLength(value)
@@ -214,7 +235,13 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 		case "Transfer-Encoding", "Expect", "Upgrade", "Trailer":
 			return req, false
 		}
-		req.header[key] = append(req.header[key], string(value))
+		if earlier, ok := req.header[key]; ok {
+			req.header[key] = append(earlier, substring(value))
+			continue
+		}
+		c.values = append(c.values, substring(value))
+		n := len(c.values)
+		req.header[key] = c.values[n-1 : n : n]
 	}
 	if req.host == "" {
 		return req, false // net/http answers 400
@@ -237,12 +264,19 @@ func (c *conn) handle(req request) bool {
 		if _, err := io.ReadFull(c.br, c.body); err != nil {
 			return false
 		}
-		body = &bodyReader{Reader: bytes.NewReader(c.body)}
+		c.bodyRead.Reset(c.body)
+		body = &c.bodyRead
 	}
 
-	r := &http.Request{
+	// The request and its URL in one allocation.
+	both := &struct {
+		r http.Request
+		u url.URL
+	}{u: url.URL{Path: req.path}}
+	r := &both.r
+	*r = http.Request{
 		Method:        http.MethodPost,
-		URL:           &url.URL{Path: req.path},
+		URL:           &both.u,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
@@ -253,7 +287,12 @@ func (c *conn) handle(req request) bool {
 		RemoteAddr:    c.remote,
 		RequestURI:    req.path,
 	}
-	w := &responseWriter{header: make(http.Header, 4), body: c.reply[:0]}
+	if c.response.header == nil {
+		c.response.header = make(http.Header, 4)
+	}
+	clear(c.response.header)
+	w := &c.response
+	w.status, w.body = 0, c.reply[:0]
 	if req.holds && c.br.Buffered() == 0 {
 		// Nothing more is buffered: a client that leaves now closes the
 		// socket, which the watcher sees. (With a pipelined request
@@ -370,9 +409,9 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 }
 
 // bodyReader is a request body read whole before the handler runs.
-type bodyReader struct{ *bytes.Reader }
+type bodyReader struct{ bytes.Reader }
 
-func (bodyReader) Close() error { return nil }
+func (*bodyReader) Close() error { return nil }
 
 // bufferedConn is a connection handed to net/http: its reads start with
 // the bytes this package had buffered but not consumed.
