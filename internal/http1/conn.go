@@ -88,7 +88,9 @@ func (c *conn) serve() {
 		if !c.state.CompareAndSwap(stateIdle, stateActive) {
 			return // closed by Shutdown as the request arrived
 		}
-		if !first {
+		if !first && endOfHead(c.buffered()) == 0 {
+			// The head is not all here: it gets ReadHeaderTimeout. (When
+			// it is, as usual, the deadline calls are spared.)
 			c.setReadTimeout(c.srv.ReadHeaderTimeout)
 		}
 		head, err := c.readHead()
@@ -121,12 +123,18 @@ func (c *conn) setReadTimeout(d time.Duration) {
 	}
 }
 
+// buffered returns the bytes read and not yet consumed.
+func (c *conn) buffered() []byte {
+	buf, _ := c.br.Peek(c.br.Buffered())
+	return buf
+}
+
 // readHead returns the buffered bytes of the next request head, up to and
 // including the empty line that ends it, without consuming them. A head
 // that does not fit in the buffer comes back empty, for net/http.
 func (c *conn) readHead() ([]byte, error) {
 	for {
-		buf, _ := c.br.Peek(c.br.Buffered())
+		buf := c.buffered()
 		if n := endOfHead(buf); n > 0 {
 			return buf[:n], nil
 		}
@@ -253,8 +261,12 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 // means the connection is done.
 func (c *conn) handle(req request) bool {
 	// No deadline on the body nor while the handler runs, as in net/http
-	// without a ReadTimeout; the next request's wait sets its own.
-	_ = c.rwc.SetReadDeadline(time.Time{})
+	// without a ReadTimeout; the next request's wait sets its own. Nothing
+	// reads the connection when the body is buffered and the request does
+	// not hold (the watcher of a held one does), so then none is cleared.
+	if req.holds || int64(c.br.Buffered()) < req.length {
+		_ = c.rwc.SetReadDeadline(time.Time{})
+	}
 	var body io.ReadCloser = http.NoBody
 	if req.length > 0 {
 		if int64(cap(c.body)) < req.length {
