@@ -59,13 +59,24 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 	}
 
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // bodies stay readable; the content type is JSON, not HTML
-	if err := enc.Encode(envelope{Code: code, Message: message, Data: data}); err != nil {
-		// Only the data can fail to encode; answer without it.
-		buf.Reset()
-		_ = enc.Encode(envelope{Code: codeFailure, Message: msgInternalError})
-		rec.code = codeFailure
+	if data == nil && isPlainJSONText(message) {
+		// The common answer without data, in the bytes the encoder would
+		// write, without its reflection.
+		buf.Grow(len(message) + 40)
+		buf.WriteString(`{"code":`)
+		buf.WriteString(strconv.Itoa(code))
+		buf.WriteString(`,"message":"`)
+		buf.WriteString(message)
+		buf.WriteString("\",\"data\":null}\n")
+	} else {
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // bodies stay readable; the content type is JSON, not HTML
+		if err := enc.Encode(envelope{Code: code, Message: message, Data: data}); err != nil {
+			// Only the data can fail to encode; answer without it.
+			buf.Reset()
+			_ = enc.Encode(envelope{Code: codeFailure, Message: msgInternalError})
+			rec.code = codeFailure
+		}
 	}
 	// The four values share one array: one allocation, not four.
 	values := &[4]string{"application/json; charset=utf-8", strconv.Itoa(buf.Len()), "nosniff", "no-store"}
@@ -76,6 +87,17 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 	header["Cache-Control"] = values[3:4:4]
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// isPlainJSONText reports whether s needs no escaping in a JSON string:
+// printable ASCII without quotes or backslashes.
+func isPlainJSONText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func succeed(w http.ResponseWriter, r *http.Request, message string, data any) {
