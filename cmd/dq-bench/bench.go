@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,15 @@ const (
 func jobBody() string { return strings.Repeat("b", jobBodyBytes) }
 
 // jobID builds a 14-byte id: a one-letter phase tag and 13 digits.
-func jobID(tag byte, n int) string { return fmt.Sprintf("%c%013d", tag, n) }
+func jobID(tag byte, n int) string {
+	id := []byte{tag, '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0', '0'}
+	digits := strconv.Itoa(n)
+	if len(digits) > 13 {
+		return string(tag) + digits
+	}
+	copy(id[len(id)-len(digits):], digits)
+	return string(id)
+}
 
 // bench runs the phases against one server and its Redis.
 type bench struct {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -230,6 +232,31 @@ func TestDeliveredID(t *testing.T) {
 		got, err := deliveredID([]byte(tt.data))
 		if got != tt.want || (err != nil) != tt.wantErr {
 			t.Errorf("deliveredID(%s) = %q, %v; want %q, error %v", tt.data, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// The hand-written bodies are the bytes json.Marshal writes.
+func TestPayloadsMatchJSONMarshal(t *testing.T) {
+	ms := int64(250)
+	jobs := []pushJob{
+		{Topic: "bench-ready", ID: jobID('p', 42), TTR: 30, Body: jobBody()},
+		{Topic: "t", ID: "x", Delay: 3600, TTR: 1, Body: ""},
+		{Topic: "t", ID: "y", TTR: 5, Body: "b", DelayMS: &ms},
+		{Topic: `q"uote`, ID: `back\slash`, TTR: 5, Body: "<html> & \n\t\u2028 é \xff"},
+	}
+	for _, job := range jobs {
+		want, err := json.Marshal(job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendPushPayload(nil, job); string(got) != string(want) {
+			t.Errorf("appendPushPayload = %s, want %s", got, want)
+		}
+	}
+	for _, n := range []int{0, 7, 1234567890123, 12345678901234} {
+		if got, want := jobID('p', n), fmt.Sprintf("%c%013d", 'p', n); got != want {
+			t.Errorf("jobID(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
