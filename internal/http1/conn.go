@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -262,9 +263,9 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 func (c *conn) handle(req request) bool {
 	// No deadline on the body nor while the handler runs, as in net/http
 	// without a ReadTimeout; the next request's wait sets its own. Nothing
-	// reads the connection when the body is buffered and the request does
-	// not hold (the watcher of a held one does), so then none is cleared.
-	if req.holds || int64(c.br.Buffered()) < req.length {
+	// reads the connection when the body is buffered, so then none is
+	// cleared (the watcher of a held request clears it when it starts).
+	if int64(c.br.Buffered()) < req.length {
 		_ = c.rwc.SetReadDeadline(time.Time{})
 	}
 	var body io.ReadCloser = http.NoBody
@@ -310,7 +311,7 @@ func (c *conn) handle(req request) bool {
 		// socket, which the watcher sees. (With a pipelined request
 		// already here, the client is alive, as net/http also assumes.)
 		ctx, cancel := context.WithCancel(context.Background())
-		stop := c.watch(cancel)
+		stop := c.watchAfter(watchDelay, cancel)
 		c.srv.Handler.ServeHTTP(w, r.WithContext(ctx))
 		stop()
 		cancel()
@@ -334,6 +335,43 @@ func (c *conn) handle(req request) bool {
 		return false
 	}
 	return !closing
+}
+
+// watchDelay is how long a held request runs before its connection is
+// watched. Most pops find a job at once and answer well within it, and
+// starting a watch costs a goroutine, a system call and two deadline
+// changes; a client that leaves is noticed at most this much later. (A
+// watch started at once would not beat a pop that finds a job at once
+// either: the handler claims the job before the watcher first runs.)
+const watchDelay = time.Millisecond
+
+// watchAfter starts watching the connection (see watch) once delay has
+// passed, unless the returned stop is called first.
+func (c *conn) watchAfter(delay time.Duration, cancel context.CancelFunc) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var stopWatch func()
+	timer := time.AfterFunc(delay, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		// The handler reads nothing from the connection: the watcher
+		// waits on it with no deadline.
+		_ = c.rwc.SetReadDeadline(time.Time{})
+		stopWatch = c.watch(cancel)
+	})
+	return func() {
+		timer.Stop()
+		mu.Lock()
+		stopped = true
+		stopWatching := stopWatch
+		mu.Unlock()
+		if stopWatching != nil {
+			stopWatching()
+		}
+	}
 }
 
 // writeResponse writes w's answer into the connection's buffer: the
