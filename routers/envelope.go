@@ -58,17 +58,9 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 		rec.message = message
 	}
 
-	var buf bytes.Buffer
-	if data == nil && isPlainJSONText(message) {
-		// The common answer without data, in the bytes the encoder would
-		// write, without its reflection.
-		buf.Grow(len(message) + 40)
-		buf.WriteString(`{"code":`)
-		buf.WriteString(strconv.Itoa(code))
-		buf.WriteString(`,"message":"`)
-		buf.WriteString(message)
-		buf.WriteString("\",\"data\":null}\n")
-	} else {
+	body, ok := appendPlainEnvelope(nil, code, message, data)
+	if !ok {
+		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false) // bodies stay readable; the content type is JSON, not HTML
 		if err := enc.Encode(envelope{Code: code, Message: message, Data: data}); err != nil {
@@ -77,16 +69,48 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 			_ = enc.Encode(envelope{Code: codeFailure, Message: msgInternalError})
 			rec.code = codeFailure
 		}
+		body = buf.Bytes()
 	}
 	// The four values share one array: one allocation, not four.
-	values := &[4]string{"application/json; charset=utf-8", strconv.Itoa(buf.Len()), "nosniff", "no-store"}
+	values := &[4]string{"application/json; charset=utf-8", strconv.Itoa(len(body)), "nosniff", "no-store"}
 	header := w.Header()
 	header["Content-Type"] = values[0:1:1]
 	header["Content-Length"] = values[1:2:2]
 	header["X-Content-Type-Options"] = values[2:3:3]
 	header["Cache-Control"] = values[3:4:4]
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(body)
+}
+
+// plainData is answer data that writes itself as JSON when all its text is
+// plain (see isPlainJSONText); ok false leaves it to the encoder.
+type plainData interface {
+	appendPlainJSON(b []byte) (_ []byte, ok bool)
+}
+
+// appendPlainEnvelope appends the common answers, with no data or plain
+// data and a plain message, in the bytes the JSON encoder would write,
+// without its reflection. ok false leaves the answer to the encoder.
+func appendPlainEnvelope(b []byte, code int, message string, data any) (_ []byte, ok bool) {
+	if !isPlainJSONText(message) {
+		return b, false
+	}
+	b = append(b, `{"code":`...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, `,"message":"`...)
+	b = append(b, message...)
+	b = append(b, `","data":`...)
+	switch d := data.(type) {
+	case nil:
+		b = append(b, "null"...)
+	case plainData:
+		if b, ok = d.appendPlainJSON(b); !ok {
+			return b, false
+		}
+	default:
+		return b, false
+	}
+	return append(b, "}\n"...), true
 }
 
 // isPlainJSONText reports whether s needs no escaping in a JSON string:

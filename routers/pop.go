@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,6 +136,25 @@ func (h *handler) popBatch(w http.ResponseWriter, r *http.Request, req popReques
 	default:
 		succeed(w, r, fmt.Sprintf("%d jobs", len(views)), views)
 	}
+}
+
+// appendPlainJSON writes v as the JSON encoder would, when its text needs
+// no escaping (see plainData).
+func (v deliveryView) appendPlainJSON(b []byte) ([]byte, bool) {
+	if !isPlainJSONText(v.ID) || !isPlainJSONText(v.Body) || !isPlainJSONText(v.Topic) {
+		return b, false
+	}
+	b = append(b, `{"id":"`...)
+	b = append(b, v.ID...)
+	b = append(b, `","body":"`...)
+	b = append(b, v.Body...)
+	b = append(b, `","topic":"`...)
+	b = append(b, v.Topic...)
+	b = append(b, `","ttr":`...)
+	b = strconv.AppendInt(b, v.TTR, 10)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(v.Attempts), 10)
+	return append(b, '}'), true
 }
 
 func newDeliveryView(d *delayqueue.Delivery) deliveryView {
