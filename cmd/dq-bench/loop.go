@@ -315,7 +315,7 @@ func popFinishLoop(ctx context.Context, baseURL, topic string, total, consumers 
 		steps[i] = newStep()
 	}
 	if err := runLoop(ctx, baseURL, steps); err != nil {
-		return time.Time{}, err
+		return time.Time{}, fmt.Errorf("%w (%d of %d jobs popped, %d finished)", err, popped, total, finished)
 	}
 	if finished < total {
 		if err := failures.err(); err != nil {
