@@ -59,7 +59,17 @@ func (k keySchema) jobPrefix() string { return k.prefix + "job:" }
 // bucketNumber spreads ids over the buckets; the same id always lands in
 // the same bucket, so a re-push overwrites its own entry.
 func (k keySchema) bucketNumber(id string) int {
-	return int(crc32.ChecksumIEEE([]byte(id))%uint32(k.bucketCount)) + 1
+	return int(checksumIEEE(id)%uint32(k.bucketCount)) + 1
+}
+
+// checksumIEEE is crc32.ChecksumIEEE of the string's bytes, without
+// copying them to a slice first (an allocation per push).
+func checksumIEEE(s string) uint32 {
+	crc := ^uint32(0)
+	for i := 0; i < len(s); i++ {
+		crc = crc32.IEEETable[byte(crc)^s[i]] ^ crc>>8
+	}
+	return ^crc
 }
 
 func (k keySchema) bucket(n int) string {

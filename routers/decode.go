@@ -16,6 +16,16 @@ import (
 // On failure it answers the request itself (413 when the body is too large)
 // and returns false.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength >= 0 && r.ContentLength <= h.opts.MaxBodyBytes {
+		// The usual case: the length is known and allowed, and the server
+		// stops the body there. One allocation, the body itself.
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			failRequest(w, r, fmt.Errorf("could not read the request body: %w", err))
+			return nil, false
+		}
+		return body, true
+	}
 	// Size the buffer from Content-Length (within the limit), sparing the
 	// copies of a growing one for large bodies.
 	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), h.opts.MaxBodyBytes)+bytes.MinRead))

@@ -58,7 +58,7 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 		rec.message = message
 	}
 
-	body, ok := appendPlainEnvelope(nil, code, message, data)
+	body, ok := appendPlainEnvelope(make([]byte, 0, 256), code, message, data)
 	if !ok {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
