@@ -394,9 +394,8 @@ func (c *conn) writeResponse(w *responseWriter, closing bool) error {
 		h.Set("Content-Type", http.DetectContentType(w.body))
 	}
 	b := c.bw
-	var num [40]byte
 	_, _ = b.WriteString("HTTP/1.1 ")
-	_, _ = b.Write(strconv.AppendInt(num[:0], int64(status), 10))
+	_, _ = b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(status), 10))
 	_ = b.WriteByte(' ')
 	text := http.StatusText(status)
 	if text == "" {
@@ -409,12 +408,12 @@ func (c *conn) writeResponse(w *responseWriter, closing bool) error {
 	}
 	if _, ok := h["Date"]; !ok {
 		_, _ = b.WriteString("Date: ")
-		_, _ = b.Write(time.Now().UTC().AppendFormat(num[:0], http.TimeFormat))
+		_, _ = b.Write(time.Now().UTC().AppendFormat(b.AvailableBuffer(), http.TimeFormat))
 		_, _ = b.WriteString("\r\n")
 	}
 	if bodyAllowed {
 		_, _ = b.WriteString("Content-Length: ")
-		_, _ = b.Write(strconv.AppendInt(num[:0], int64(len(w.body)), 10))
+		_, _ = b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(len(w.body)), 10))
 		_, _ = b.WriteString("\r\n")
 	}
 	if closing {
