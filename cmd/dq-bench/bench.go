@@ -195,9 +195,14 @@ func forEach(ctx context.Context, workers, total int, fn func(ctx context.Contex
 // pushMany pushes total jobs built by makeJob on workers clients and returns
 // how many were acknowledged and how long it took.
 func (b *bench) pushMany(ctx context.Context, workers, total int, makeJob func(i int) pushJob) (int, time.Duration, error) {
+	return pushWith(ctx, b.api, workers, total, makeJob)
+}
+
+// pushWith is pushMany with client.
+func pushWith(ctx context.Context, client *apiClient, workers, total int, makeJob func(i int) pushJob) (int, time.Duration, error) {
 	start := time.Now()
 	ok, err := forEach(ctx, workers, total, func(ctx context.Context, i int) error {
-		return b.api.push(ctx, makeJob(i))
+		return client.push(ctx, makeJob(i))
 	})
 	return ok, time.Since(start), err
 }

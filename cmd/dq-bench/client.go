@@ -63,6 +63,12 @@ func (c *apiClient) call(ctx context.Context, path string, body any, hold bool) 
 	if err != nil {
 		return reply{}, fmt.Errorf("POST %s: %w", path, err)
 	}
+	return decodeEnvelope(path, status, raw)
+}
+
+// decodeEnvelope decodes the answer raw to a POST of path: a non-envelope
+// or code 1 is an error; the reply is returned whenever one was decoded.
+func decodeEnvelope(path string, status int, raw []byte) (reply, error) {
 	r, ok := quickEnvelope(raw)
 	if !ok {
 		if err := json.Unmarshal(raw, &r); err != nil {

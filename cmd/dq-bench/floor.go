@@ -18,7 +18,7 @@ import (
 // work at all and answers a fixed envelope (dq-bench -serve-floor). It is
 // what the server's HTTP stack, the load tool and the loopback cost on this
 // machine, the ceiling of any single-job figure here.
-func (b *bench) runFloor(ctx context.Context) (err error) {
+func (b *bench) runFloor(ctx context.Context) error {
 	if b.s.floorURL == "" {
 		fmt.Fprintf(b.report.out, "%s n/a no -floor-url\n", phaseFloor)
 		return nil
@@ -29,31 +29,22 @@ func (b *bench) runFloor(ctx context.Context) (err error) {
 	}
 	var ok int
 	var took time.Duration
+	var err error
 	if b.s.loop {
 		ok, took, err = pushLoop(ctx, b.s.floorURL, b.s.clients, b.s.pushJobs, makeJob)
 	} else {
-		ok, took, err = b.pushOn(ctx, b.s.floorURL, makeJob)
+		var client *apiClient
+		if client, err = newAPIClient(b.s.httpClient, b.s.floorURL, b.s.clients); err != nil {
+			return err
+		}
+		defer client.close()
+		ok, took, err = pushWith(ctx, client, b.s.clients, b.s.pushJobs, makeJob)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", phaseFloor, err)
 	}
 	b.report.rate(phaseFloor, float64(ok)/took.Seconds(), "req/s", nil)
 	return nil
-}
-
-// pushOn pushes s.pushJobs jobs to the server at baseURL on s.clients
-// goroutines with a client of its own.
-func (b *bench) pushOn(ctx context.Context, baseURL string, makeJob func(i int) pushJob) (int, time.Duration, error) {
-	client, err := newAPIClient(b.s.httpClient, baseURL, b.s.clients)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer client.close()
-	start := time.Now()
-	ok, err := forEach(ctx, b.s.clients, b.s.pushJobs, func(ctx context.Context, i int) error {
-		return client.push(ctx, makeJob(i))
-	})
-	return ok, time.Since(start), err
 }
 
 // floorAnswer is the empty server's answer to every request.

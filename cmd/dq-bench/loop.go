@@ -148,21 +148,6 @@ func parseAnswer(in []byte) (a loopAnswer, size int, err error) {
 	}
 }
 
-// checkEnvelope decodes an answer's envelope: a non-envelope or code 1 is
-// an error, as in apiClient.call.
-func checkEnvelope(path string, a *loopAnswer) (reply, error) {
-	r, ok := quickEnvelope(a.body)
-	if !ok {
-		if err := json.Unmarshal(a.body, &r); err != nil {
-			return reply{}, fmt.Errorf("POST %s: HTTP %d, answer is not an envelope: %q", path, a.status, truncate(a.body, 200))
-		}
-	}
-	if r.Code != 0 {
-		return r, fmt.Errorf("POST %s: HTTP %d: %q: %w", path, a.status, r.Message, errCodeFailure)
-	}
-	return r, nil
-}
-
 // failureCount counts failed requests of a loop phase: the phase goes on
 // past a failure, as forEach does, until maxFailures.
 type failureCount struct {
@@ -231,7 +216,7 @@ func pushLoop(ctx context.Context, baseURL string, clients, total int, makeJob f
 	var failures failureCount
 	step := func(a *loopAnswer) (loopRequest, bool, error) {
 		if a != nil {
-			if _, err := checkEnvelope("/push", a); err != nil {
+			if _, err := decodeEnvelope("/push", a.status, a.body); err != nil {
 				if err := failures.add(err); err != nil {
 					return loopRequest{}, false, err
 				}
@@ -281,7 +266,7 @@ func popFinishLoop(ctx context.Context, baseURL, topic string, total, consumers 
 		var last string // path of the request answered next
 		return func(a *loopAnswer) (loopRequest, bool, error) {
 			if a != nil {
-				r, err := checkEnvelope(last, a)
+				r, err := decodeEnvelope(last, a.status, a.body)
 				switch {
 				case err != nil:
 					if err := failures.add(err); err != nil {

@@ -18,7 +18,8 @@
 // A request on a path that can hold (a /pop waiting for jobs) has its
 // context cancelled when the client goes away, as net/http does, by a
 // watcher that waits for the connection to become readable without reading
-// it. Quick paths get no watcher.
+// it. The watcher starts once such a request has run for watchDelay, so a
+// pop answered at once costs nothing; quick paths get no watcher.
 package http1
 
 import (
