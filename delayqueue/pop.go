@@ -310,19 +310,36 @@ func (q *Queue) execClaims(ctx context.Context, calls []claimCall) ([][]*Deliver
 		if len(rest) < 5*claimed {
 			return nil, fmt.Errorf("reply: cut short")
 		}
-		for j := 0; j < claimed; j++ {
-			var (
-				id, topic, body string
-				ttr, attempts   int64
-			)
-			if _, err := redis.Scan(rest[:5], &id, &topic, &ttr, &attempts, &body); err != nil {
-				return nil, fmt.Errorf("reply: %w", err)
+		if claimed > 0 {
+			// One allocation for the request's deliveries.
+			ds := make([]Delivery, claimed)
+			out[i] = make([]*Delivery, claimed)
+			for j := range ds {
+				if err := parseClaimed(rest[:5], &ds[j]); err != nil {
+					return nil, fmt.Errorf("reply: %w", err)
+				}
+				out[i][j] = &ds[j]
+				rest = rest[5:]
 			}
-			out[i] = append(out[i], &Delivery{ID: id, Topic: topic, Body: body, TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)})
-			rest = rest[5:]
 		}
 	}
 	return out, nil
+}
+
+// parseClaimed reads one claimed job's five reply values (id, topic, ttr,
+// attempts, body) into d. It reads them directly rather than through
+// redis.Scan, whose pointers and conversions cost six allocations per job.
+func parseClaimed(v []any, d *Delivery) error {
+	id, ok1 := v[0].([]byte)
+	topic, ok2 := v[1].([]byte)
+	ttr, ok3 := v[2].(int64)
+	attempts, ok4 := v[3].(int64)
+	body, ok5 := v[4].([]byte)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return fmt.Errorf("claimed job: unexpected value types %T %T %T %T %T", v[0], v[1], v[2], v[3], v[4])
+	}
+	*d = Delivery{ID: string(id), Topic: string(topic), Body: string(body), TTR: time.Duration(ttr) * time.Second, Attempts: int(attempts)}
+	return nil
 }
 
 // unclaim gives back a delivery no consumer received. Failing that, the job
