@@ -43,10 +43,13 @@ type conn struct {
 	values   []string
 	bodyRead bodyReader
 	response responseWriter
+	held     heldWatch
 }
 
 func newConn(s *Server, rwc net.Conn) *conn {
-	return &conn{srv: s, rwc: rwc, remote: rwc.RemoteAddr().String()}
+	c := &conn{srv: s, rwc: rwc, remote: rwc.RemoteAddr().String()}
+	c.held.c = c
+	return c
 }
 
 // request is what parseHead takes from a request head.
@@ -311,9 +314,9 @@ func (c *conn) handle(req request) bool {
 		// socket, which the watcher sees. (With a pipelined request
 		// already here, the client is alive, as net/http also assumes.)
 		ctx, cancel := context.WithCancel(context.Background())
-		stop := c.watchAfter(watchDelay, cancel)
+		c.held.begin(cancel)
 		c.srv.Handler.ServeHTTP(w, r.WithContext(ctx))
-		stop()
+		c.held.end()
 		cancel()
 	} else {
 		c.srv.Handler.ServeHTTP(w, r)
@@ -345,32 +348,56 @@ func (c *conn) handle(req request) bool {
 // either: the handler claims the job before the watcher first runs.)
 const watchDelay = time.Millisecond
 
-// watchAfter starts watching the connection (see watch) once delay has
-// passed, unless the returned stop is called first.
-func (c *conn) watchAfter(delay time.Duration, cancel context.CancelFunc) (stop func()) {
-	var mu sync.Mutex
-	stopped := false
-	var stopWatch func()
-	timer := time.AfterFunc(delay, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		// The handler reads nothing from the connection: the watcher
-		// waits on it with no deadline.
-		_ = c.rwc.SetReadDeadline(time.Time{})
-		stopWatch = c.watch(cancel)
-	})
-	return func() {
-		timer.Stop()
-		mu.Lock()
-		stopped = true
-		stopWatching := stopWatch
-		mu.Unlock()
-		if stopWatching != nil {
-			stopWatching()
-		}
+// heldWatch watches a connection for the held request running on it, if
+// any, once that request has run for watchDelay (see watch). It is made on
+// the connection's first held request and reused for the next ones, so
+// that a held request answered before watchDelay costs a timer reset.
+type heldWatch struct {
+	c     *conn
+	timer *time.Timer // runs start
+
+	mu        sync.Mutex
+	cancel    context.CancelFunc // of the held request running; nil between them
+	stopWatch func()             // of the watch started for it
+}
+
+// begin arms the watch for a held request that cancel cancels.
+func (w *heldWatch) begin(cancel context.CancelFunc) {
+	w.mu.Lock()
+	w.cancel = cancel
+	w.mu.Unlock()
+	if w.timer == nil {
+		w.timer = time.AfterFunc(watchDelay, w.start)
+		return
+	}
+	w.timer.Reset(watchDelay)
+}
+
+// start watches the connection for the held request running now. A timer
+// of an earlier request that fires late finds the next one running, or
+// none: either is right.
+func (w *heldWatch) start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel == nil || w.stopWatch != nil {
+		return
+	}
+	// The handler reads nothing from the connection: the watcher waits on
+	// it with no deadline.
+	_ = w.c.rwc.SetReadDeadline(time.Time{})
+	w.stopWatch = w.c.watch(w.cancel)
+}
+
+// end disarms the watch when the held request returns, and stops the
+// watcher if it started.
+func (w *heldWatch) end() {
+	w.timer.Stop()
+	w.mu.Lock()
+	stop := w.stopWatch
+	w.cancel, w.stopWatch = nil, nil
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 }
 

@@ -344,6 +344,43 @@ func TestClientLeavingCancelsAHeldRequest(t *testing.T) {
 	}
 }
 
+// The watch is reused from one held request to the next on a connection:
+// after held requests that answered at once (their watch never started),
+// a held request whose client leaves is still cancelled.
+func TestClientLeavingCancelsALaterHeldRequest(t *testing.T) {
+	if !canWatch {
+		t.Skip("held paths are left to net/http on this system")
+	}
+	h := &holder{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+	fast := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, `{"via":"fast"}`)
+	})
+	ts := startServer(t, fast, echo("net/http"), map[string]bool{"/pop": true})
+	c, br := dial(t, ts.addr)
+	for i := 0; i < 3; i++ {
+		if _, s := roundTrip(t, c, br, post("/pop", "{}")); s.Via != "fast" {
+			t.Fatalf("quick request %d via %q", i, s.Via)
+		}
+	}
+	if _, err := io.WriteString(c, post("/pop", "{}", "X-Hold: 1")); err != nil {
+		t.Fatal(err)
+	}
+	<-h.started
+	c.Close()
+	select {
+	case err := <-h.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("held request ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the later held request was not cancelled after its client left")
+	}
+}
+
 func TestHeldRequestAnswersWhileClientStays(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
