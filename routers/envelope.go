@@ -58,7 +58,7 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 		rec.message = message
 	}
 
-	body, ok := appendPlainEnvelope(make([]byte, 0, 256), code, message, data)
+	body, ok := appendPlainEnvelope(rec.body[:0], code, message, data)
 	if !ok {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -71,8 +71,9 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 		}
 		body = buf.Bytes()
 	}
-	// The four values share one array: one allocation, not four.
-	values := &[4]string{"application/json; charset=utf-8", strconv.Itoa(len(body)), "nosniff", "no-store"}
+	// The four values share the record's array: no allocation.
+	values := &rec.values
+	*values = [4]string{"application/json; charset=utf-8", strconv.Itoa(len(body)), "nosniff", "no-store"}
 	header := w.Header()
 	header["Content-Type"] = values[0:1:1]
 	header["Content-Length"] = values[1:2:2]
