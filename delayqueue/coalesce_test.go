@@ -49,6 +49,49 @@ func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
 	}
 }
 
+// A leader yields before it takes its batch: calls queued meanwhile join
+// its script call instead of waiting for the next one.
+func TestLeaderTakesCallsQueuedWhileItYields(t *testing.T) {
+	var mu sync.Mutex
+	var batches []int
+	c := newCoalescer(1, 50, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
+		mu.Lock()
+		batches = append(batches, len(items))
+		mu.Unlock()
+		return items, nil
+	})
+	const others = 5
+	var wg sync.WaitGroup
+	var once sync.Once
+	c.yield = func() {
+		once.Do(func() {
+			for i := 1; i <= others; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if got, err := c.do(context.Background(), i); err != nil || got != i {
+						t.Errorf("do(%d) = %d, %v", i, got, err)
+					}
+				}()
+			}
+			waitFor(t, 5*time.Second, "the other calls queued", func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return len(c.pending) == 1+others
+			})
+		})
+	}
+	if got, err := c.do(context.Background(), 0); err != nil || got != 0 {
+		t.Fatalf("do(0) = %d, %v", got, err)
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batches) != 1 || batches[0] != 1+others {
+		t.Fatalf("script calls of %v items, want one of %d", batches, 1+others)
+	}
+}
+
 // Calls of one item run one script call at a time; a batch does not wait
 // for them, and batches may run two at a time.
 func TestLanesSlotsBySize(t *testing.T) {
