@@ -92,8 +92,9 @@ func TestLeaderTakesCallsQueuedWhileItYields(t *testing.T) {
 	}
 }
 
-// Calls of one item run one script call at a time; a batch does not wait
-// for them, and batches may run two at a time.
+// Single calls and batches each get their own slots: singleSlots script
+// calls of single items at once, the next single queued behind them, and
+// batches running beside them, batchSlots at a time.
 func TestLanesSlotsBySize(t *testing.T) {
 	var running atomic.Int64
 	entered := make(chan []int, 10)
@@ -115,28 +116,46 @@ func TestLanesSlotsBySize(t *testing.T) {
 			}
 		}()
 	}
-	call(1)
-	<-entered
-	// A second single call queues behind the first; two batches run beside
-	// it (60 items each: too many to share one call of at most 100).
-	call(2)
-	call(make([]int, 60)...)
-	call(make([]int, 60)...)
-	for range 2 {
-		select {
-		case got := <-entered:
-			if len(got) < 2 {
-				t.Fatalf("single call %v ran while another single call was running", got)
+	enters := func(what string, n int, size int) {
+		t.Helper()
+		for range n {
+			select {
+			case got := <-entered:
+				if len(got) != size {
+					t.Fatalf("%s: a call of %d items ran, want %d", what, len(got), size)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s did not run", what)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("batches waited for a single call")
 		}
 	}
-	if got := running.Load(); got != 3 {
-		t.Fatalf("%d script calls in flight, want 3 (one single, two batches)", got)
+	for i := range singleSlots {
+		call(i)
+		enters("a single call with a free slot", 1, 1)
+	}
+	call(99)
+	waitFor(t, 5*time.Second, "a single call queued", func() bool {
+		l.single.mu.Lock()
+		defer l.single.mu.Unlock()
+		return len(l.single.pending) == 1
+	})
+	// Batches run beside the single calls (60 items each: too many to
+	// share one call of at most 100).
+	for range batchSlots {
+		call(make([]int, 60)...)
+	}
+	enters("batches beside single calls", batchSlots, 60)
+	if got := running.Load(); got != singleSlots+batchSlots {
+		t.Fatalf("%d script calls in flight, want %d", got, singleSlots+batchSlots)
+	}
+	select {
+	case got := <-entered:
+		t.Fatalf("a call of %v ran with every slot taken", got)
+	default:
 	}
 	close(release)
 	wg.Wait()
+	enters("the queued single call", 1, 1)
 }
 
 func TestCoalescerErrorsAndCancellation(t *testing.T) {

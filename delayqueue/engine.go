@@ -53,7 +53,7 @@ const (
 	// singleSlots and batchSlots bound the script calls of one kind in
 	// flight at once, for calls of one item and for larger ones (see
 	// lanes); calls arriving meanwhile share the next one.
-	singleSlots = 1
+	singleSlots = 2
 	batchSlots  = 2
 	// maxClaimsPerCall bounds the jobs one shared claim script may take.
 	maxClaimsPerCall = 500
