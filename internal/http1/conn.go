@@ -190,9 +190,9 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 	if !ok || holds && !canWatch {
 		return req, false
 	}
-	req.path, req.holds = string(target), holds
-	// Every value is a substring of one copy of the head, and the value
-	// slices share one array: a handful of allocations per request fewer.
+	// The path and every value are substrings of one copy of the head, and
+	// the value slices share one array: a handful of allocations per
+	// request fewer.
 	text := string(head)
 	substring := func(b []byte) string {
 		if len(b) == 0 {
@@ -201,6 +201,7 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 		at := cap(head) - cap(b) // b is a subslice of head
 		return text[at : at+len(b)]
 	}
+	req.path, req.holds = substring(target), holds
 	if c.header == nil {
 		c.header = make(http.Header, 8)
 	}
