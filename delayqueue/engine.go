@@ -71,12 +71,14 @@ const (
 // one or several processes) may share the database: every state change is a
 // single atomic script.
 type Queue struct {
-	pool     *redis.Pool
-	opts     Options
-	log      *slog.Logger
-	keys     keySchema
-	scripts  scripts
-	instance string
+	pool    *redis.Pool
+	opts    Options
+	log     *slog.Logger
+	keys    keySchema
+	scripts scripts
+	// argvHeader starts every script call's ARGV (see scriptHeader).
+	argvHeader []any
+	instance   string
 
 	scanners []*scanner
 	waiters  *waiterRegistry
@@ -155,6 +157,7 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		log:         logger,
 		keys:        keys,
 		scripts:     sc,
+		argvHeader:  scriptHeader(keys, opts),
 		instance:    hex.EncodeToString(idBytes[:]),
 		stopWaiting: make(chan struct{}),
 		obs:         opts.Observer,

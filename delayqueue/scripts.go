@@ -84,13 +84,19 @@ func (q *Queue) evalAck(ctx context.Context, script *redis.Script, keys []string
 	return q.evalScript(ctx, q.opts.WaitReplicas > 0, script, keys, args...)
 }
 
+// scriptHeader is the ARGV header every script expects (see
+// scripts/lib.lua), made once: its values are boxed once, not per call.
+func scriptHeader(keys keySchema, opts Options) []any {
+	return []any{keys.prefix, keys.bucketPrefix, keys.bucketSuffix, keys.readyPrefix, keys.readySuffix,
+		wakeTokenCap, opts.DeadMaxPerTopic, opts.DeadTTL.Milliseconds()}
+}
+
 func (q *Queue) evalScript(ctx context.Context, wait bool, script *redis.Script, keys []string, args ...any) (any, error) {
 	all := make([]any, 0, len(keys)+8+len(args))
 	for _, k := range keys {
 		all = append(all, k)
 	}
-	all = append(all, q.keys.prefix, q.keys.bucketPrefix, q.keys.bucketSuffix, q.keys.readyPrefix, q.keys.readySuffix,
-		wakeTokenCap, q.opts.DeadMaxPerTopic, q.opts.DeadTTL.Milliseconds())
+	all = append(all, q.argvHeader...)
 	all = append(all, args...)
 	var reply any
 	err := q.withConn(ctx, func(c redis.Conn) error {
