@@ -234,7 +234,11 @@ type removal struct {
 // []any of ids) in one script call.
 func (q *Queue) execRemovals(script *redis.Script) func(context.Context, [][]any) ([][]removal, error) {
 	return func(ctx context.Context, calls [][]any) ([][]removal, error) {
-		var args []any
+		n := 0
+		for _, c := range calls {
+			n += len(c)
+		}
+		args := make([]any, 0, n)
 		for _, c := range calls {
 			args = append(args, c...)
 		}
@@ -242,18 +246,24 @@ func (q *Queue) execRemovals(script *redis.Script) func(context.Context, [][]any
 		if err != nil {
 			return nil, err
 		}
-		if len(reply) != 2*len(args) {
-			return nil, fmt.Errorf("reply of %d values for %d ids", len(reply), len(args))
+		if len(reply) != 2*n {
+			return nil, fmt.Errorf("reply of %d values for %d ids", len(reply), n)
 		}
+		// One array for every removal of the batch.
+		all := make([]removal, n)
 		out := make([][]removal, len(calls))
 		for i, c := range calls {
-			out[i] = make([]removal, len(c))
-			for j := range c {
-				if _, err := redis.Scan(reply[:2], &out[i][j].status, &out[i][j].topic); err != nil {
-					return nil, fmt.Errorf("reply: %w", err)
+			out[i] = all[:len(c):len(c)]
+			for j := range out[i] {
+				status, ok1 := reply[0].(int64)
+				topic, ok2 := reply[1].([]byte)
+				if !ok1 || !ok2 {
+					return nil, fmt.Errorf("reply: unexpected value types %T %T", reply[0], reply[1])
 				}
+				out[i][j] = removal{status: status, topic: string(topic)}
 				reply = reply[2:]
 			}
+			all = all[len(c):]
 		}
 		return out, nil
 	}
