@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
@@ -262,6 +264,61 @@ func TestOneScriptCallPushingAnIDTwice(t *testing.T) {
 				t.Fatalf("%s: stats %+v for one job", tc.name, total)
 			}
 			q.Delete(ctx, tc.second.ID)
+		}
+	})
+}
+
+// Removals that share one script call remove every trace of their jobs,
+// whatever their state, and an id given twice is removed once, as if the
+// calls ran one after the other.
+func TestOneScriptCallRemovingJobsInEveryState(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		mustPush(t, q, Job{Topic: "t", ID: "delayed", TTR: time.Minute, Delay: time.Hour})
+		mustPush(t, q, Job{Topic: "t", ID: "reserved", TTR: time.Minute})
+		if d := mustPop(t, q, time.Second, "t"); d == nil || d.ID != "reserved" {
+			t.Fatalf("pop = %+v", d)
+		}
+		mustPush(t, q, Job{Topic: "u", ID: "dead", TTR: time.Minute, MaxAttempts: 1})
+		if d := mustPop(t, q, time.Second, "u"); d == nil || d.ID != "dead" {
+			t.Fatalf("pop = %+v", d)
+		}
+		if state, _, err := q.Release(ctx, "dead", nil, 0); err != nil || state != StateDead {
+			t.Fatalf("release = %s, %v", state, err)
+		}
+		mustPush(t, q, Job{Topic: "u", ID: "ready", TTR: time.Minute})
+
+		remove := q.execRemovals(q.scripts.remove)
+		got, err := remove(ctx, [][]any{{"delayed", "ready"}, {"reserved", "dead", "delayed", "unknown"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [][]int64{{1, 1}, {1, 1, 0, 0}}
+		for i := range want {
+			for j, w := range want[i] {
+				if got[i][j].status != w {
+					t.Fatalf("statuses %+v, want %v", got, want)
+				}
+			}
+		}
+		if stats, err := q.Stats(ctx, ""); err != nil || len(stats) != 0 {
+			t.Fatalf("stats after removing every job: %+v, %v", stats, err)
+		}
+		c := q.pool.Get()
+		defer c.Close()
+		for n := 1; n <= q.opts.BucketSize; n++ {
+			if size, err := redis.Int(c.Do("ZCARD", q.keys.bucket(n))); err != nil || size != 0 {
+				t.Fatalf("bucket %d holds %d entries (%v)", n, size, err)
+			}
+		}
+		if size, err := redis.Int(c.Do("ZCARD", q.keys.dead("u"))); err != nil || size != 0 {
+			t.Fatalf("dead letters hold %d entries (%v)", size, err)
+		}
+		for _, id := range []string{"delayed", "ready", "reserved", "dead"} {
+			if n, err := redis.Int(c.Do("EXISTS", q.keys.job(id))); err != nil || n != 0 {
+				t.Fatalf("job %s still stored (%v)", id, err)
+			}
 		}
 	})
 }

@@ -17,6 +17,8 @@ local reply = {now}
 local moved = {}    -- jobs claimed per topic, for the counters
 local touched = {}  -- every topic listed, once
 local listed = {}
+-- Leases go to their buckets at the end, one ZADD per bucket.
+local leases, buckets = {}, {}
 local a = ARG + 2
 for _ = 1, requests do
   local want, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -42,10 +44,12 @@ for _ = 1, requests do
       local f = redis.call('HMGET', job, 's', 't', 'r', 'a', 'k', 'n', 'b1', 'b2')
       if f[1] == 'ready' and f[2] == topic then
         local attempts = tonumber(f[4]) + 1
-        local lease = now + tonumber(f[3]) * 1000
-        redis.call('HSET', job, 's', 'reserved', 'a', int(attempts), 'l', int(lease))
+        local lease = int(now + tonumber(f[3]) * 1000)
+        redis.call('HSET', job, 's', 'reserved', 'a', int(attempts), 'l', lease)
         moved[topic] = (moved[topic] or 0) + 1
-        redis.call('ZADD', bucket_key(f[5]), int(lease), id)
+        local bucket = bucket_key(f[5])
+        append_to(leases, buckets, bucket, lease)
+        append_to(leases, buckets, bucket, id)
         reply[#reply + 1] = id
         reply[#reply + 1] = topic
         reply[#reply + 1] = tonumber(f[3])
@@ -59,6 +63,9 @@ for _ = 1, requests do
   end
   reply[head + 1] = skipped
   reply[head + 2] = claimed
+end
+for _, bucket in ipairs(buckets) do
+  redis.call('ZADD', bucket, unpack(leases[bucket]))
 end
 -- A topic that still has ready ids keeps at least one wake-up token, so
 -- other held pops are not left sleeping.

@@ -336,28 +336,61 @@ local function apply_tally(tally)
   end
 end
 
+-- append_to adds v to the list lists[key], keeping the keys in first-seen
+-- order in keys.
+local function append_to(lists, keys, key, v)
+  local l = lists[key]
+  if not l then
+    l = {}
+    lists[key] = l
+    keys[#keys + 1] = key
+  end
+  l[#l + 1] = v
+end
+
 -- remove_jobs removes the jobs whose ids are ARGV[first..] and every trace
 -- of them (finish.lua, delete.lua), with their counters applied once. With
 -- keep_dead, a dead-lettered job is left alone. Reply: per id, a status (1
 -- removed, 0 unknown, -1 dead-lettered and kept) and the job's topic (''
--- when unknown).
+-- when unknown). The jobs' keys go in one DEL, and their index entries in
+-- one ZREM per sorted set; an id given twice is unknown the second time, as
+-- if the removals ran one after the other.
 local function remove_jobs(first, keep_dead)
   local reply = {}
   local tally = new_tally()
-  local counter = tally_counter(tally)
+  local removed = {}
+  local jobs = {}
+  local members, sets = {}, {}
   for i = first, #ARGV do
     local id = ARGV[i]
-    local job = job_key(id)
-    local f = redis.call('HMGET', job, 's', 't', 'k')
-    local status = 0
-    if keep_dead and f[1] == 'dead' then
-      status = -1
-    elseif f[1] then
-      remove_job(id, job, f[2], f[1], f[3], counter)
-      status = 1
+    local status, topic = 0, ''
+    if not removed[id] then
+      local job = job_key(id)
+      local f = redis.call('HMGET', job, 's', 't', 'k')
+      topic = f[2] or ''
+      if keep_dead and f[1] == 'dead' then
+        status = -1
+      elseif f[1] then
+        local state = f[1]
+        if state == 'delay' or state == 'reserved' then
+          append_to(members, sets, bucket_key(f[3]), id)
+        elseif state == 'dead' then
+          append_to(members, sets, dead_key(topic), id)
+        end
+        removed[id] = true
+        jobs[#jobs + 1] = job
+        tally_add(tally, topic, state, -1)
+        status = 1
+      end
     end
     reply[#reply + 1] = status
-    reply[#reply + 1] = f[2] or ''
+    reply[#reply + 1] = topic
+  end
+  for _, set in ipairs(sets) do
+    redis.call('ZREM', set, unpack(members[set]))
+  end
+  if #jobs > 0 then
+    redis.call('DEL', unpack(jobs))
   end
   apply_tally(tally)
   return reply
