@@ -11,24 +11,22 @@ import (
 // a caller queues its call and, while fewer than `slots` executions are in
 // flight, becomes the leader that executes everything queued so far (up to
 // maxSize items). Under load, calls that arrive while a script runs share
-// the next one; alone, a call runs at once, with no added latency.
+// the next one; alone, a call runs at once, with no added latency. A leader
+// done with its script call hands its slot to the oldest queued call, whose
+// caller leads next; only that caller wakes, not every waiting one.
 //
 // Batching changes no guarantee: each call's items still go through one
 // atomic script, and several calls in one script behave as if run one after
 // the other.
-// coalescedCallTimeout bounds one batched script call, waiting for a pooled
-// connection included.
-const coalescedCallTimeout = 30 * time.Second
-
 type coalescer[T any, R any] struct {
-	slots   chan struct{}
+	slots   int // script calls in flight at most
 	maxSize int
 	// yield, when set (runtime.Gosched), lets the goroutines ready to run
-	// queue their calls before a caller that got a slot takes its batch.
-	// Calls that arrived together, as the requests of one network poll do,
-	// then share one script call, where the first would otherwise go alone
-	// and the rest wait for it. When nothing else is ready to run, the
-	// yield returns at once.
+	// queue their calls before a leader takes its batch. Calls that
+	// arrived together, as the requests of one network poll do, then
+	// share one script call, where the first would otherwise go alone and
+	// the rest wait for it. When nothing else is ready to run, the yield
+	// returns at once.
 	yield func()
 	size  func(T) int
 	// exec runs items in one script call and returns one result per item,
@@ -37,6 +35,7 @@ type coalescer[T any, R any] struct {
 
 	mu      sync.Mutex
 	pending []*coalescedCall[T, R]
+	leaders int // slots taken: by leaders, or handed to a queued call
 }
 
 type coalescedCall[T any, R any] struct {
@@ -44,51 +43,97 @@ type coalescedCall[T any, R any] struct {
 	res  R
 	err  error
 	done chan struct{}
+	// lead receives the slot a leader hands to this call (see handOff).
+	lead chan struct{}
+	// handed: a slot was handed to this call and its caller has not taken
+	// it from lead yet (guarded by mu).
+	handed bool
 }
 
+// coalescedCallTimeout bounds one batched script call, waiting for a pooled
+// connection included.
+const coalescedCallTimeout = 30 * time.Second
+
 func newCoalescer[T any, R any](slots, maxSize int, size func(T) int, exec func(context.Context, []T) ([]R, error)) *coalescer[T, R] {
-	return &coalescer[T, R]{slots: make(chan struct{}, slots), maxSize: maxSize, size: size, exec: exec}
+	return &coalescer[T, R]{slots: slots, maxSize: maxSize, size: size, exec: exec}
 }
 
 // do runs item, alone or with others, and returns its result. ctx bounds
-// the wait for a slot; once its script runs, do waits for the outcome.
+// the wait for a leader; once its script runs, do waits for the outcome.
 func (c *coalescer[T, R]) do(ctx context.Context, item T) (R, error) {
-	call := &coalescedCall[T, R]{item: item, done: make(chan struct{})}
+	call := &coalescedCall[T, R]{item: item, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.pending = append(c.pending, call)
+	leading := c.leaders < c.slots
+	if leading {
+		c.leaders++
+	}
 	c.mu.Unlock()
 	for {
+		if leading {
+			c.leadOnce(ctx)
+			leading = false
+		}
 		select {
 		case <-call.done:
+			c.passOnHandedSlot(ctx, call)
 			return call.res, call.err
-		case c.slots <- struct{}{}:
-			if c.yield != nil {
-				c.yield()
-			}
-			batch, mine := c.take(call)
-			if len(batch) > 0 {
-				c.run(ctx, batch)
-			}
-			<-c.slots
-			if !mine && len(batch) == 0 {
-				// Another leader took our call: its outcome comes on done.
-				<-call.done
-				return call.res, call.err
-			}
+		case <-call.lead:
+			c.mu.Lock()
+			call.handed = false
+			c.mu.Unlock()
+			leading = true
 		case <-ctx.Done():
 			if c.withdraw(call) {
 				var zero R
 				return zero, ctx.Err()
 			}
 			<-call.done // already running: its outcome is what happened
+			c.passOnHandedSlot(ctx, call)
 			return call.res, call.err
 		}
 	}
 }
 
-// take removes up to maxSize items' worth of queued calls, oldest first,
-// and reports whether call is among them or still queued.
-func (c *coalescer[T, R]) take(call *coalescedCall[T, R]) ([]*coalescedCall[T, R], bool) {
+// leadOnce runs one script call with the queued calls, as a leader holding
+// a slot, then hands the slot on.
+func (c *coalescer[T, R]) leadOnce(ctx context.Context) {
+	if c.yield != nil {
+		c.yield()
+	}
+	if batch := c.take(); len(batch) > 0 {
+		c.run(ctx, batch)
+	}
+	c.mu.Lock()
+	c.handOffLocked()
+	c.mu.Unlock()
+}
+
+// handOffLocked passes a leader's slot to the oldest queued call not
+// handed one yet, or frees it when there is none. c.mu must be held.
+func (c *coalescer[T, R]) handOffLocked() {
+	for _, p := range c.pending {
+		if !p.handed {
+			p.handed = true
+			p.lead <- struct{}{} // buffered: a call is handed one slot at most
+			return
+		}
+	}
+	c.leaders--
+}
+
+// passOnHandedSlot uses a slot handed to call after another leader ran it:
+// its caller leads once more, for the calls queued since.
+func (c *coalescer[T, R]) passOnHandedSlot(ctx context.Context, call *coalescedCall[T, R]) {
+	select {
+	case <-call.lead:
+		c.leadOnce(ctx)
+	default:
+	}
+}
+
+// take removes up to maxSize items' worth of queued calls, oldest first.
+func (c *coalescer[T, R]) take() []*coalescedCall[T, R] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n, size := 0, 0
@@ -103,23 +148,21 @@ func (c *coalescer[T, R]) take(call *coalescedCall[T, R]) ([]*coalescedCall[T, R
 	batch := make([]*coalescedCall[T, R], n)
 	copy(batch, c.pending[:n])
 	c.pending = append(c.pending[:0], c.pending[n:]...)
-	mine := false
-	for _, b := range batch {
-		mine = mine || b == call
-	}
-	for _, p := range c.pending {
-		mine = mine || p == call
-	}
-	return batch, mine
+	return batch
 }
 
-// withdraw removes a call that has not started; false when it has.
+// withdraw removes a call that has not started; false when it has. A slot
+// handed to the call passes on.
 func (c *coalescer[T, R]) withdraw(call *coalescedCall[T, R]) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, p := range c.pending {
 		if p == call {
 			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			if call.handed {
+				<-call.lead
+				c.handOffLocked()
+			}
 			return true
 		}
 	}

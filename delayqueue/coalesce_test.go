@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,6 +161,84 @@ func TestLanesSlotsBySize(t *testing.T) {
 	enters("the queued single call", 1, 1)
 }
 
+// Slots pass from leader to queued call and are never lost, whatever the
+// callers do: many calls, some cancelled while queued or while handed a
+// slot, all end, and every slot is free at the end.
+func TestCoalescerSlotsSurviveCancellations(t *testing.T) {
+	for _, slots := range []int{1, 2} {
+		var running, most atomic.Int64
+		c := newCoalescer(slots, 5, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(time.Millisecond)
+			return items, nil
+		})
+		c.yield = runtime.Gosched
+		var wg sync.WaitGroup
+		for i := range 300 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if i%3 == 0 {
+					time.AfterFunc(time.Duration(i%7)*100*time.Microsecond, cancel)
+				}
+				got, err := c.do(ctx, i)
+				if err == nil && got != i || err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("do(%d) = %d, %v", i, got, err)
+				}
+			}()
+		}
+		wg.Wait()
+		c.mu.Lock()
+		leaders, pending := c.leaders, len(c.pending)
+		c.mu.Unlock()
+		if leaders != 0 || pending != 0 {
+			t.Fatalf("%d slots: %d still taken and %d calls queued after every call ended", slots, leaders, pending)
+		}
+		if most.Load() > int64(slots) {
+			t.Fatalf("%d script calls ran at once with %d slots", most.Load(), slots)
+		}
+		// The coalescer still works.
+		if got, err := c.do(context.Background(), 7); err != nil || got != 7 {
+			t.Fatalf("do after the storm = %d, %v", got, err)
+		}
+	}
+}
+
+// A call withdrawn after a leader handed it a slot passes the slot on: to
+// the next queued call, or back to the coalescer when none is queued.
+func TestWithdrawnCallPassesItsSlotOn(t *testing.T) {
+	c := newCoalescer(1, 10, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) { return items, nil })
+	call := func(item int) *coalescedCall[int, int] {
+		return &coalescedCall[int, int]{item: item, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	}
+	b, next := call(1), call(2)
+	c.pending = []*coalescedCall[int, int]{b, next}
+	c.leaders = 1
+	c.mu.Lock()
+	c.handOffLocked() // the leader is done: b is handed its slot
+	c.mu.Unlock()
+	if !b.handed || len(b.lead) != 1 {
+		t.Fatalf("the oldest call was not handed the slot")
+	}
+	if !c.withdraw(b) {
+		t.Fatal("a queued call could not be withdrawn")
+	}
+	if !next.handed || len(next.lead) != 1 || c.leaders != 1 {
+		t.Fatalf("the withdrawn call's slot did not pass to the next call (leaders %d)", c.leaders)
+	}
+	if !c.withdraw(next) {
+		t.Fatal("a queued call could not be withdrawn")
+	}
+	if c.leaders != 0 || len(c.pending) != 0 {
+		t.Fatalf("the last withdrawn call kept its slot: leaders %d, %d queued", c.leaders, len(c.pending))
+	}
+}
+
 func TestCoalescerErrorsAndCancellation(t *testing.T) {
 	boom := errors.New("boom")
 	block := make(chan struct{})
@@ -171,7 +250,11 @@ func TestCoalescerErrorsAndCancellation(t *testing.T) {
 	})
 	first := make(chan error, 1)
 	go func() { _, err := c.do(context.Background(), 0); first <- err }()
-	waitFor(t, 5*time.Second, "first call running", func() bool { return len(c.slots) == 1 })
+	waitFor(t, 5*time.Second, "first call running", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.leaders == 1 && len(c.pending) == 0
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := c.do(ctx, 1); !errors.Is(err, context.Canceled) {
