@@ -87,13 +87,7 @@ for j = 0, n - 1 do
       redis.call('RPUSH', HOOKS, id)
       hooks_ready = hooks_ready + 1
     else
-      local ids = ready_ids[topic]
-      if not ids then
-        ids = {}
-        ready_ids[topic] = ids
-        ready_topics[#ready_topics + 1] = topic
-      end
-      ids[#ids + 1] = id
+      append_to(ready_ids, ready_topics, topic, id)
     end
   end
   reply[#reply + 1] = due
