@@ -75,14 +75,8 @@ for j = 0, n - 1 do
     -- bucket: a job replaced later in the batch was removed from them above,
     -- so the loop appends them again only for the final version.
     if state == 'delay' then
-      local entries = bucket_entries[bucket_no]
-      if not entries then
-        entries = {}
-        bucket_entries[bucket_no] = entries
-        buckets[#buckets + 1] = bucket_no
-      end
-      entries[#entries + 1] = due_text
-      entries[#entries + 1] = id
+      append_to(bucket_entries, buckets, bucket_no, due_text)
+      append_to(bucket_entries, buckets, bucket_no, id)
     elseif callback ~= '' then
       redis.call('RPUSH', HOOKS, id)
       hooks_ready = hooks_ready + 1
