@@ -43,7 +43,8 @@ type coalescedCall[T any, R any] struct {
 	res  R
 	err  error
 	done chan struct{}
-	// lead receives the slot a leader hands to this call (see handOff).
+	// lead receives the slot a leader hands to this call (see
+	// handOffLocked).
 	lead chan struct{}
 	// handed: a slot was handed to this call and its caller has not taken
 	// it from lead yet (guarded by mu).
