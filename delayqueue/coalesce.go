@@ -43,12 +43,10 @@ type coalescedCall[T any, R any] struct {
 	res  R
 	err  error
 	done chan struct{}
-	// lead receives the slot a leader hands to this call (see
-	// handOffLocked).
+	// lead holds a slot a leader handed to this call and its caller has
+	// not taken yet (see handOffLocked). Only handOffLocked sends on it,
+	// with c.mu held, and only when it is empty.
 	lead chan struct{}
-	// handed: a slot was handed to this call and its caller has not taken
-	// it from lead yet (guarded by mu).
-	handed bool
 }
 
 // coalescedCallTimeout bounds one batched script call, waiting for a pooled
@@ -80,9 +78,6 @@ func (c *coalescer[T, R]) do(ctx context.Context, item T) (R, error) {
 			c.passOnHandedSlot(ctx, call)
 			return call.res, call.err
 		case <-call.lead:
-			c.mu.Lock()
-			call.handed = false
-			c.mu.Unlock()
 			leading = true
 		case <-ctx.Done():
 			if c.withdraw(call) {
@@ -110,13 +105,14 @@ func (c *coalescer[T, R]) leadOnce(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-// handOffLocked passes a leader's slot to the oldest queued call not
-// handed one yet, or frees it when there is none. c.mu must be held.
+// handOffLocked passes a leader's slot to the oldest queued call with none
+// waiting for it, or frees it when there is none. c.mu must be held. (A
+// caller that took a slot from lead and leads with it may be handed a
+// second: it leads again once done.)
 func (c *coalescer[T, R]) handOffLocked() {
 	for _, p := range c.pending {
-		if !p.handed {
-			p.handed = true
-			p.lead <- struct{}{} // buffered: a call is handed one slot at most
+		if len(p.lead) == 0 {
+			p.lead <- struct{}{} // buffered, and only sent on here: never blocks
 			return
 		}
 	}
@@ -160,7 +156,9 @@ func (c *coalescer[T, R]) withdraw(call *coalescedCall[T, R]) bool {
 	for i, p := range c.pending {
 		if p == call {
 			c.pending = append(c.pending[:i], c.pending[i+1:]...)
-			if call.handed {
+			// Its caller is here, not leading: a slot waiting in lead
+			// is not taken and passes on.
+			if len(call.lead) == 1 {
 				<-call.lead
 				c.handOffLocked()
 			}

@@ -207,14 +207,7 @@ func TestLoopEndsWithItsContext(t *testing.T) {
 		_, err := popFinishLoop(ctx, srv.URL, "t", 10, 3)
 		done <- err
 	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("popFinishLoop error = %v, want the context's", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("popFinishLoop did not end with its context")
-	}
+	endsWith(t, done, context.DeadlineExceeded, "popFinishLoop, its context ended")
 }
 
 func TestDeliveredID(t *testing.T) {

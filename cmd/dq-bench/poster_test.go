@@ -143,14 +143,7 @@ func TestLeanPosterCancel(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("err = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("post did not return after its context was cancelled")
-	}
+	endsWith(t, done, context.Canceled, "post, its context cancelled")
 }
 
 // The floor server answers every request with a success envelope the
@@ -181,12 +174,19 @@ func TestServeFloor(t *testing.T) {
 		t.Fatalf("push to the floor server: %v", err)
 	}
 	cancel()
+	endsWith(t, served, nil, "serveFloor, its context ended")
+}
+
+// endsWith waits (at most 10 s) for the error that done delivers, and
+// checks that it is want (nil: no error).
+func endsWith(t *testing.T, done <-chan error, want error, what string) {
+	t.Helper()
 	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("serveFloor = %v, want nil after cancel", err)
+	case err := <-done:
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: error %v, want %v", what, err, want)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("serveFloor did not stop after its context ended")
+		t.Fatalf("%s: did not return within 10 s", what)
 	}
 }
