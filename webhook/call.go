@@ -37,7 +37,11 @@ const (
 	dialTimeout = 10 * time.Second
 )
 
-var errTooManyRedirects = fmt.Errorf("stopped after %d redirects", MaxRedirects)
+// Errors of a redirect the caller refuses to follow.
+var (
+	errTooManyRedirects    = fmt.Errorf("stopped after %d redirects", MaxRedirects)
+	errRedirectCredentials = errors.New("redirect refused: its target URL carries credentials")
+)
 
 // Sign returns the X-DelayQueue-Signature of a call: the lowercase hex
 // HMAC-SHA256, keyed with the secret, of timestamp + "." + body.
@@ -51,7 +55,8 @@ func Sign(secret, timestamp string, body []byte) string {
 
 // caller makes the HTTP calls. Both clients share one transport whose
 // dialer refuses non-public addresses, so every connection, redirects
-// included, is checked after DNS resolution.
+// included, is checked after DNS resolution. Which redirects are followed
+// is followRedirect's to say.
 type caller struct {
 	secret    string
 	plain     *http.Client // redirects are answers (a failure)
@@ -105,16 +110,28 @@ func newCaller(policy *AddressPolicy, opts Options) *caller {
 		plain: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		}},
-		following: &http.Client{Transport: transport, CheckRedirect: func(_ *http.Request, via []*http.Request) error {
-			if len(via) > MaxRedirects {
-				return errTooManyRedirects
-			}
-			return nil
-		}},
-		maxKeep: opts.MaxResponseBytes,
-		maxRead: int64(opts.MaxResponseRead),
-		now:     time.Now,
+		following: &http.Client{Transport: transport, CheckRedirect: followRedirect},
+		maxKeep:   opts.MaxResponseBytes,
+		maxRead:   int64(opts.MaxResponseRead),
+		now:       time.Now,
 	}
+}
+
+// followRedirect is the CheckRedirect of calls with follow_redirects. It
+// refuses a target with credentials, which the client would otherwise send
+// as Authorization: Basic (push refuses them in callback.url too).
+func followRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) > MaxRedirects {
+		return errTooManyRedirects
+	}
+	if req.URL.User != nil {
+		status := ""
+		if req.Response != nil {
+			status = req.Response.Status + " to "
+		}
+		return fmt.Errorf("%w (%s%s)", errRedirectCredentials, status, redactURL(req.URL.String()))
+	}
+	return nil
 }
 
 // newRequest builds the request of one call, headers and signature
@@ -201,6 +218,8 @@ func (c *caller) classifyError(stop, call context.Context, timeout time.Duration
 		return callResult{class: ResultRefused, errText: shorten(innerError(err))}
 	case errors.Is(err, errTooManyRedirects):
 		return callResult{class: Result3xx, errText: errTooManyRedirects.Error()}
+	case errors.Is(err, errRedirectCredentials):
+		return callResult{class: Result3xx, errText: shorten(innerError(err))}
 	case stop.Err() != nil:
 		return callResult{class: ResultConnectionError, errText: "cut by shutdown", cut: true}
 	case errors.Is(call.Err(), context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
