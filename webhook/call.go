@@ -55,8 +55,8 @@ func Sign(secret, timestamp string, body []byte) string {
 
 // caller makes the HTTP calls. Both clients share one transport whose
 // dialer refuses non-public addresses, so every connection, redirects
-// included, is checked after DNS resolution. Which redirects are followed
-// is followRedirect's to say.
+// included, is checked after DNS resolution. Which redirects are followed,
+// and with which headers, is followRedirect's to say.
 type caller struct {
 	secret    string
 	plain     *http.Client // redirects are answers (a failure)
@@ -119,7 +119,11 @@ func newCaller(policy *AddressPolicy, opts Options) *caller {
 
 // followRedirect is the CheckRedirect of calls with follow_redirects. It
 // refuses a target with credentials, which the client would otherwise send
-// as Authorization: Basic (push refuses them in callback.url too).
+// as Authorization: Basic (push refuses them in callback.url too). Once a hop
+// has left the first URL's host and port, it sends only the delivery headers:
+// the client would forward the job's own headers, where users put their
+// credentials, and the signature, to whoever the redirect names. A 307 or
+// 308 still repeats the body there, as HTTP requires.
 func followRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) > MaxRedirects {
 		return errTooManyRedirects
@@ -131,7 +135,71 @@ func followRedirect(req *http.Request, via []*http.Request) error {
 		}
 		return fmt.Errorf("%w (%s%s)", errRedirectCredentials, status, redactURL(req.URL.String()))
 	}
+	if leftFirstOrigin(req, via) {
+		req.Header = deliveryHeaders(req.Header)
+	}
 	return nil
+}
+
+// leftFirstOrigin reports whether req, or a hop before it, is for another
+// origin than the first request. The client copies the first request's
+// headers onto every hop, so a chain that comes back to the first host
+// after another one is stripped too: the other host chose where it went.
+func leftFirstOrigin(req *http.Request, via []*http.Request) bool {
+	first := via[0].URL
+	if !sameOrigin(first, req.URL) {
+		return true
+	}
+	for _, hop := range via[1:] {
+		if !sameOrigin(first, hop.URL) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameOrigin reports whether a redirect from one URL to another stays with
+// the same receiver: the same host name and port with the same scheme, or
+// the upgrade from http on port 80 to https on port 443 of the same host
+// name. Anything else, https to http included, is another receiver.
+func sameOrigin(from, to *url.URL) bool {
+	if !strings.EqualFold(from.Hostname(), to.Hostname()) {
+		return false
+	}
+	fromPort, toPort := portOf(from), portOf(to)
+	if from.Scheme == to.Scheme {
+		return fromPort == toPort
+	}
+	return from.Scheme == "http" && fromPort == "80" && to.Scheme == "https" && toPort == "443"
+}
+
+// portOf is a URL's port, or its scheme's default port.
+func portOf(u *url.URL) string {
+	if port := u.Port(); port != "" {
+		return port
+	}
+	switch u.Scheme {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
+}
+
+// deliveryHeaders keeps the headers of a hop that any receiver may see: the
+// X-DelayQueue-* headers other than the signature, and the server's own
+// User-Agent. The job's headers, the signature and the Referer (the URL
+// before, query included) are dropped.
+func deliveryHeaders(h http.Header) http.Header {
+	kept := http.Header{}
+	for _, name := range []string{HeaderID, HeaderTopic, HeaderAttempt, HeaderTimestamp} {
+		if value := h.Get(name); value != "" {
+			kept.Set(name, value)
+		}
+	}
+	kept.Set("User-Agent", userAgent)
+	return kept
 }
 
 // newRequest builds the request of one call, headers and signature
