@@ -66,6 +66,10 @@ type Config struct {
 	AuthToken string
 	// MetricsAuth makes GET /metrics require the token too (metrics_auth).
 	MetricsAuth bool
+	// AllowedHosts lists the DNS names by which browsers may call the API
+	// without the token, besides IP addresses and localhost (allowed_hosts,
+	// comma-separated; empty by default).
+	AllowedHosts []string
 	// MetricsTopicLabels caps the distinct topic labels of the metrics; the
 	// other topics are counted as "other" (metrics_topic_labels).
 	MetricsTopicLabels int

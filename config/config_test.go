@@ -203,6 +203,13 @@ debug_addr = 127.0.0.1:6060
 			},
 		},
 		{
+			name: "allowed_hosts",
+			ini:  "allowed_hosts = dq.example, Dash.Example.COM ,xn--bcher-kva.example.,queue_1.internal",
+			change: func(c *Config) {
+				c.AllowedHosts = []string{"dq.example", "Dash.Example.COM", "xn--bcher-kva.example.", "queue_1.internal"}
+			},
+		},
+		{
 			name:   "boolean spellings",
 			ini:    "auth_token = 0123456789abcdef\nmetrics_auth = yes",
 			change: func(c *Config) { c.AuthToken = "0123456789abcdef"; c.MetricsAuth = true },
@@ -328,6 +335,13 @@ func TestParseErrors(t *testing.T) {
 		{"redis host without port", "redis.host = 127.0.0.1", []string{"redis.host", "host:port"}},
 		{"redis port zero", "redis.host = 127.0.0.1:0", []string{"redis.host", "port"}},
 		{"empty key prefix", "key_prefix =", []string{"key_prefix is empty"}},
+		{"allowed_hosts with a port", "allowed_hosts = dq.example:9277", []string{`allowed_hosts: "dq.example:9277" is not a host name`, "without scheme, port or wildcard"}},
+		{"allowed_hosts with a scheme", "allowed_hosts = a.example, http://dq.example", []string{`allowed_hosts: "http://dq.example" is not a host name`}},
+		{"allowed_hosts with a wildcard", "allowed_hosts = *.example", []string{`allowed_hosts: "*.example" is not a host name`}},
+		{"allowed_hosts with an IPv6 address", "allowed_hosts = [::1]", []string{`allowed_hosts: "[::1]" is not a host name`, "IP addresses and localhost need no entry"}},
+		{"allowed_hosts with an empty label", "allowed_hosts = dq..example", []string{`allowed_hosts: "dq..example" is not a host name`}},
+		{"allowed_hosts with a unicode name", "allowed_hosts = bücher.example", []string{`allowed_hosts: "bücher.example" is not a host name`}},
+		{"allowed_hosts with an empty item", "allowed_hosts = a.example,,b.example", []string{"allowed_hosts", "empty item"}},
 		{"zero max body", "max_body_bytes = 0", []string{"max_body_bytes = 0"}},
 		{"zero max job body", "max_job_body_bytes = 0", []string{"max_job_body_bytes = 0"}},
 		{"job body above redis limit", "max_body_bytes = 9999999999\nmax_job_body_bytes = 9999999999",

@@ -109,6 +109,7 @@ func settingSetters() map[string]setter {
 		"log_format":              logFormatSetting,
 		"auth_token":              stringSetting(func(c *Config) *string { return &c.AuthToken }),
 		"metrics_auth":            boolSetting(func(c *Config) *bool { return &c.MetricsAuth }),
+		"allowed_hosts":           listSetting(func(c *Config) *[]string { return &c.AllowedHosts }),
 		"metrics_topic_labels":    intSetting(func(c *Config) *int { return &c.MetricsTopicLabels }),
 		"max_held_pops":           intSetting(func(c *Config) *int { return &c.MaxHeldPops }),
 		"debug_addr":              stringSetting(func(c *Config) *string { return &c.DebugAddr }),

@@ -97,6 +97,12 @@ func (c Config) Validate() error {
 	if c.MetricsAuth && c.AuthToken == "" {
 		add("metrics_auth = true needs auth_token (or %s): there is no token to require", AuthTokenEnv)
 	}
+	for _, host := range c.AllowedHosts {
+		if !isHostName(host) {
+			add("allowed_hosts: %q is not a host name: list names alone, without scheme, port or wildcard "+
+				"(IP addresses and localhost need no entry)", host)
+		}
+	}
 	if c.MetricsTopicLabels < 1 {
 		add("metrics_topic_labels = %d: must be at least 1", c.MetricsTopicLabels)
 	}
@@ -208,6 +214,27 @@ func checkAuthToken(token string) string {
 		}
 	}
 	return ""
+}
+
+// isHostName reports whether s is a DNS name as browsers send it in Host:
+// ASCII letters, digits, '-' and '_' in dot-separated labels, with an
+// optional trailing dot. A name with other characters (a port, a scheme, a
+// '*') could never match a Host; an internationalized name is written in
+// its xn-- form, which is what browsers send.
+func isHostName(s string) bool {
+	labels := strings.Split(strings.TrimSuffix(s, "."), ".")
+	for _, label := range labels {
+		if label == "" {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			ch := label[i]
+			if !('a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '-' || ch == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkAddress describes what is wrong with a host:port address, or returns

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
 	"runtime/debug"
@@ -158,6 +159,7 @@ func (h *handler) recoverPanics(next http.Handler) http.Handler {
 // another host than the one it was sent to. Browsers send Origin on
 // cross-site POSTs; this stops a web page from pushing or deleting jobs on a
 // server its visitor can reach. Clients that send no Origin (curl, SDKs) pass.
+// A rebinding page's Origin matches its Host; requireKnownHost stops it.
 func (h *handler) rejectCrossOrigin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origins := r.Header.Values("Origin")
@@ -191,6 +193,114 @@ func withoutDefaultPort(scheme, host string) string {
 		return strings.TrimSuffix(host, ":443")
 	}
 	return host
+}
+
+// msgForeignHost is the answer to a browser request refused by
+// requireKnownHost; %q is its Host. Only a server without auth_token gives
+// it: with one, a browser without the token gets 401 first.
+const msgForeignHost = "browser request to host %q refused: without auth_token, web pages may call the API only " +
+	"through an IP address, localhost or a name listed in allowed_hosts (this stops DNS rebinding)"
+
+// requireKnownHost answers 403 to a request from a browser whose Host is not
+// a name the server is meant to be reached by (see hostAllowList), unless it
+// carries a valid token.
+//
+// rejectCrossOrigin compares Origin with Host, and both come from the
+// browser: a page on rebind.example whose name is later pointed at
+// 127.0.0.1 sends Host: rebind.example and the matching Origin, and passes.
+// Only the Host tells such a request apart, since a page can never choose
+// it: it is the name the page itself was loaded from. Clients that are not
+// browsers send neither Origin nor Sec-Fetch-Site and are served by any name,
+// as before; DNS rebinding needs a browser. The token is the defence where
+// one is set: a rebinding page does not have it.
+func (h *handler) requireKnownHost(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if fromBrowser(r) && !h.hosts.allows(r.Host) && !h.validToken(r) {
+			writeEnvelope(w, r, http.StatusForbidden, codeFailure, fmt.Sprintf(msgForeignHost, r.Host), nil)
+			return
+		}
+		next(w, r)
+	}
+}
+
+// fromBrowser reports whether a request comes from a browser: browsers send
+// Origin on every POST and Sec-Fetch-Site on every request to a secure
+// context (https, localhost or a loopback address). The keys are indexed in their
+// canonical form, which both servers store, so the API's own clients pay
+// two map lookups.
+func fromBrowser(r *http.Request) bool {
+	return len(r.Header["Origin"]) > 0 || len(r.Header["Sec-Fetch-Site"]) > 0
+}
+
+// validToken reports whether the request carries a token the server
+// accepts. A token the server adds later (a read-only one) belongs here too.
+func (h *handler) validToken(r *http.Request) bool {
+	if h.auth == nil {
+		return false
+	}
+	ok, _ := h.auth.check(r.Header.Get("Authorization"))
+	return ok
+}
+
+// hostAllowList holds the names of allowed_hosts, lower case and without a
+// trailing dot. It allows a Host (port or not) that is one of them, an IP
+// literal, localhost or a name under .localhost.
+//
+// An IP literal cannot be rebound: a page whose origin is an IP address was
+// served from that address. Browsers resolve localhost and *.localhost to
+// loopback themselves (RFC 6761), without asking DNS, so no other site can
+// be served under those names either.
+type hostAllowList map[string]struct{}
+
+func newHostAllowList(names []string) hostAllowList {
+	l := make(hostAllowList, len(names))
+	for _, name := range names {
+		l[canonicalHostName(name)] = struct{}{}
+	}
+	return l
+}
+
+func (l hostAllowList) allows(host string) bool {
+	name := hostWithoutPort(host)
+	if inner, bracketed := strings.CutPrefix(name, "["); bracketed {
+		inner, closed := strings.CutSuffix(inner, "]")
+		addr, err := netip.ParseAddr(inner)
+		return closed && err == nil && addr.Is6()
+	}
+	name = canonicalHostName(name)
+	if _, err := netip.ParseAddr(name); err == nil {
+		return true
+	}
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return true
+	}
+	_, listed := l[name]
+	return listed
+}
+
+// hostWithoutPort returns a Host header value without its port, if it has
+// one. The colons of an IPv6 literal are inside brackets.
+func hostWithoutPort(host string) string {
+	i := strings.LastIndexByte(host, ':')
+	if i < 0 || strings.IndexByte(host[i+1:], ']') >= 0 {
+		return host
+	}
+	if !strings.HasPrefix(host, "[") && strings.IndexByte(host[:i], ':') >= 0 {
+		return host // colons but no brackets: no port to cut
+	}
+	for _, ch := range host[i+1:] {
+		if ch < '0' || ch > '9' {
+			return host
+		}
+	}
+	return host[:i]
+}
+
+// canonicalHostName is a DNS name as hostAllowList compares it: lower case
+// (names are case-insensitive) and without the trailing dot of an absolute
+// name ("localhost." is localhost).
+func canonicalHostName(name string) string {
+	return strings.ToLower(strings.TrimSuffix(name, "."))
 }
 
 // rejectUnroutable answers the requests the mux would otherwise answer

@@ -79,6 +79,10 @@ type Options struct {
 	// MetricsAuth (which needs AuthToken).
 	Metrics     http.Handler
 	MetricsAuth bool
+	// AllowedHosts are the DNS names (allowed_hosts) by which a browser may
+	// call the API without the token, besides IP literals and localhost.
+	// Other clients are served by any name.
+	AllowedHosts []string
 	// UI, when not nil, serves static pages (the dashboard) under /ui and
 	// /ui/, for GET and HEAD, without the token: the pages hold no data,
 	// and the API calls they make carry it.
@@ -126,6 +130,8 @@ type handler struct {
 	logger *slog.Logger
 	// auth checks bearer tokens; nil when no token is configured.
 	auth *tokenChecker
+	// hosts are the Host values browsers may use without the token.
+	hosts hostAllowList
 	// endpoints names the API routes, for the answer to an unknown path.
 	endpoints string
 	// methodOf maps every routed path to its method, for the endpoint
@@ -138,12 +144,16 @@ type handler struct {
 type access int
 
 const (
-	// accessToken routes need the bearer token when one is configured:
+	// accessToken routes need the bearer token when one is configured,
+	// and from a browser without it a known Host (requireKnownHost):
 	// every API endpoint.
 	accessToken access = iota
 	// accessOpen routes never need it: health checks, and static pages
 	// (such as a dashboard) that must load in a browser before it has the
-	// token; the API calls such pages make carry it.
+	// token; the API calls such pages make carry it. Browsers reach them
+	// by any name: a page must load before it can ask for the token, and a
+	// same-origin GET from a rebinding page on http:// carries neither
+	// Origin nor Sec-Fetch-Site, so a Host check would not stop it anyway.
 	accessOpen
 )
 
@@ -183,6 +193,7 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 	if h.opts.AuthToken != "" {
 		h.auth = newTokenChecker(h.opts.AuthToken)
 	}
+	h.hosts = newHostAllowList(h.opts.AllowedHosts)
 
 	api := []route{
 		{method: http.MethodPost, path: "/push", handle: h.push},
@@ -233,8 +244,13 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 		if rt.raw {
 			handle = recordRawAnswer(handle)
 		}
-		if rt.access == accessToken && h.auth != nil {
-			handle = h.requireToken(handle)
+		if rt.access == accessToken {
+			// The token check comes first, so that a page without the
+			// token gets 401 and can ask for it.
+			handle = h.requireKnownHost(handle)
+			if h.auth != nil {
+				handle = h.requireToken(handle)
+			}
 		}
 		mux.HandleFunc(rt.method+" "+rt.path, h.named(rt, handle))
 		// The method-less pattern is less specific, so it only catches the

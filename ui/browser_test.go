@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,14 +45,22 @@ type dashboardServer struct {
 
 func startDashboardServer(t *testing.T, token string) *dashboardServer {
 	t.Helper()
+	return startDashboardServerWith(t, routers.Options{AuthToken: token})
+}
+
+// startDashboardServerWith is startDashboardServer with other options; its
+// BlockTimeout and UI are set here.
+func startDashboardServerWith(t *testing.T, opts routers.Options) *dashboardServer {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	mini := redistest.Mini(t)
 	q := enginetest.Start(t, mini.Addr(), 5*time.Second, logger)
 
 	// The dashboard is mounted by the API, as in the server binary.
-	srv := httptest.NewServer(routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, AuthToken: token, UI: Handler()}, logger))
+	opts.BlockTimeout, opts.UI = 5*time.Second, Handler()
+	srv := httptest.NewServer(routers.New(q, opts, logger))
 	t.Cleanup(srv.Close) // before the engine stops
-	return &dashboardServer{t: t, url: srv.URL, token: token}
+	return &dashboardServer{t: t, url: srv.URL, token: opts.AuthToken}
 }
 
 // post calls the API and returns the envelope's data, failing the test on
@@ -545,5 +554,65 @@ return document.getElementById('dead-notice').textContent === 'Deleted 3 dead le
 	waitForCounts(b, map[string]map[string]int{"alpha": counts(0, 25, 0, 0), "": counts(0, 25, 0, 0)})
 	if got := s.jobState("beta-0"); got != "" {
 		t.Errorf("after delete all beta-0 is %q, want gone", got)
+	}
+}
+
+// pushFromPageScript is what a rebinding page would run: a text/plain POST
+// /push, which needs no preflight, on the page's own origin. It returns the
+// status and the answer's body.
+const pushFromPageScript = `
+return fetch(new URL('../push', location.href), {method: 'POST', headers: {'Content-Type': 'text/plain'}, body: arguments[0]})
+  .then(async (resp) => ({status: resp.status, body: await resp.text()}));`
+
+// TestBrowserDNSRebinding opens the dashboard of a server without a token
+// under two names that the browser maps to 127.0.0.1 itself
+// (--host-resolver-rules; no DNS is asked): the page of a rebinding attack,
+// under a name the server does not know, and the page under a name in
+// allowed_hosts. Under the first, the page loads (it is static) but every
+// API call is refused, the page says to set allowed_hosts, and a push made
+// from the page does not happen; under the second, the dashboard works.
+func TestBrowserDNSRebinding(t *testing.T) {
+	const (
+		foreignName = "rebind.example"
+		allowedName = "dq.example"
+	)
+	b := startBrowser(t, "--no-proxy-server",
+		"--host-resolver-rules=MAP "+foreignName+" 127.0.0.1, MAP "+allowedName+" 127.0.0.1")
+	s := startDashboardServerWith(t, routers.Options{AllowedHosts: []string{allowedName}})
+	s.post("/push", map[string]any{"topic": "billing", "id": "invoice-1", "delay": 0, "ttr": 30, "body": "{}"})
+	served, err := url.Parse(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := served.Port()
+	type pageAnswer struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	}
+
+	b.open("http://" + foreignName + ":" + port + "/ui/")
+	b.waitUntil("the page reports that its API calls are refused and names allowed_hosts", `
+const status = document.getElementById('status');
+return status.classList.contains('error') && status.textContent.includes('allowed_hosts');`)
+	var rows int
+	b.eval(&rows, "return document.querySelectorAll('#topics-body tr').length")
+	if rows != 0 {
+		t.Errorf("the topics table shows %d rows under %s, want none", rows, foreignName)
+	}
+	var answer pageAnswer
+	b.eval(&answer, pushFromPageScript, `{"topic":"billing","id":"planted","delay":0,"ttr":30,"body":"x"}`)
+	if answer.Status != http.StatusForbidden || !strings.Contains(answer.Body, "allowed_hosts") {
+		t.Errorf("a push from the page under %s: %d %s, want 403 naming allowed_hosts", foreignName, answer.Status, answer.Body)
+	}
+	if got := s.jobState("planted"); got != "" {
+		t.Errorf("the push from the page under %s made a job in state %q", foreignName, got)
+	}
+
+	b.open("http://" + allowedName + ":" + port + "/ui/")
+	waitForCounts(b, map[string]map[string]int{"billing": counts(0, 1, 0, 0), "": counts(0, 1, 0, 0)})
+	b.waitUntil("the chart loads", "return !!document.querySelector('#upcoming-chart svg')")
+	b.eval(&answer, pushFromPageScript, `{"topic":"billing","id":"from-page","delay":0,"ttr":30,"body":"x"}`)
+	if answer.Status != http.StatusOK || s.jobState("from-page") != "ready" {
+		t.Errorf("a push from the page under %s: %d %s, want it done", allowedName, answer.Status, answer.Body)
 	}
 }

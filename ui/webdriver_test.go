@@ -77,9 +77,9 @@ type browser struct {
 }
 
 // startBrowser starts chromedriver on a free loopback port, opens a session
-// with a headless Chromium in a fresh profile, and ends both when the test
-// ends.
-func startBrowser(t *testing.T) *browser {
+// with a headless Chromium in a fresh profile, started with extraArgs too,
+// and ends both when the test ends.
+func startBrowser(t *testing.T, extraArgs ...string) *browser {
 	t.Helper()
 	chromium, chromedriver := browserPrograms(t)
 	dir := t.TempDir()
@@ -113,6 +113,7 @@ func startBrowser(t *testing.T) *browser {
 		fmt.Sprintf("--window-size=%d,%d", viewportWidth, viewportHeight),
 		"--hide-scrollbars", "--force-device-scale-factor=1", "--lang=en-US",
 	}
+	args = append(args, extraArgs...)
 	var session struct {
 		SessionID string `json:"sessionId"`
 	}

@@ -162,6 +162,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		AuthToken:       cfg.AuthToken,
 		Metrics:         observer.Handler(),
 		MetricsAuth:     cfg.MetricsAuth,
+		AllowedHosts:    cfg.AllowedHosts,
 		ObserveRequest:  observer.ObserveRequest,
 		UI:              ui.Handler(),
 	}, logger)

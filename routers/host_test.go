@@ -1,0 +1,257 @@
+package routers
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/internal/http1"
+)
+
+// servedByHeader names, in a test server's answers, the server that ran the
+// request, so that a test knows it took the path it meant to.
+const servedByHeader = "X-Test-Served-By"
+
+// The two ways the binary serves a request.
+const (
+	viaFastPath = "internal/http1"
+	viaNetHTTP  = "net/http"
+)
+
+func servedBy(via string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(servedByHeader, via)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// testServerPath is a server under test and the path it takes: fast is set
+// when the job endpoints' plain POSTs go through internal/http1.
+type testServerPath struct {
+	name string
+	url  string
+	fast bool
+}
+
+// startBothPaths serves h as the binary does (internal/http1 for the job
+// endpoints' plain POSTs, its net/http fallback for the rest) and behind a
+// plain net/http server, on loopback ports; both stop when the test ends.
+func startBothPaths(t *testing.T, h http.Handler) []testServerPath {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := &http1.Server{
+		Handler:           servedBy(viaFastPath, h),
+		Fallback:          &http.Server{Handler: servedBy(viaNetHTTP, h), ReadHeaderTimeout: 5 * time.Second},
+		Paths:             JobPaths(),
+		ReadHeaderTimeout: 5 * time.Second,
+		Logger:            testLogger(t),
+	}
+	served := make(chan error, 1)
+	go func() { served <- fast.Serve(l) }()
+	t.Cleanup(func() {
+		_ = fast.Close()
+		<-served
+	})
+	plain := httptest.NewServer(servedBy(viaNetHTTP, h))
+	t.Cleanup(plain.Close)
+	return []testServerPath{
+		{name: "fast path", url: "http://" + l.Addr().String(), fast: true},
+		{name: "net/http", url: plain.URL},
+	}
+}
+
+// sendWithHost sends a request to url with the given Host header (the
+// connection goes to url's address whatever the Host says) and returns the
+// answer, checked to be an envelope, and the server that ran it.
+func sendWithHost(t *testing.T, method, url, host, contentType, body string, headers ...string) (response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	// A connection per request: once a connection has gone to net/http (a
+	// /stats does), it stays there.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s (Host %s): %v", method, url, host, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read the answer: %v", method, url, err)
+	}
+	got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
+	if problem != "" {
+		t.Fatalf("%s %s (Host %s): %s", method, url, host, problem)
+	}
+	return got, resp.Header.Get(servedByHeader)
+}
+
+// DNS rebinding: a page on a name its author controls, later pointed at the
+// server, sends that name as Host and the matching Origin, which the
+// cross-origin check lets through. Requests from a browser (Origin or
+// Sec-Fetch-Site) are answered only under an IP literal, localhost or a
+// name in allowed_hosts; other clients keep working under any name. Each
+// case runs on /push (the fast path where it serves) and on /stats, the
+// body a text/plain one that a page may send without a preflight.
+func TestBrowserRequestsNeedAKnownHost(t *testing.T) {
+	q := &fakeQueue{}
+	opts := testOptions()
+	opts.AllowedHosts = []string{"dq.example", "Upper.Example."}
+	paths := startBothPaths(t, New(q, opts, testLogger(t)))
+
+	tests := []struct {
+		name    string
+		host    string
+		headers []string
+		refused bool
+	}{
+		{"rebinding page, Origin of its own name", "rebind.example:9277", []string{"Origin", "http://rebind.example:9277"}, true},
+		{"rebinding page, Sec-Fetch-Site only", "rebind.example:9277", []string{"Sec-Fetch-Site", "same-origin"}, true},
+		{"rebinding page on the default port", "rebind.example", []string{"Origin", "http://rebind.example"}, true},
+		{"trailing dot", "rebind.example.:9277", []string{"Origin", "http://rebind.example.:9277"}, true},
+		{"a name that starts with localhost", "localhost.rebind.example", []string{"Origin", "http://localhost.rebind.example"}, true},
+		{"localhost as a prefix", "localhostx:9277", []string{"Sec-Fetch-Site", "same-origin"}, true},
+		{"a name under an allowed one", "evil.dq.example:9277", []string{"Origin", "http://evil.dq.example:9277"}, true},
+		{"an allowed name as a prefix", "dq.example.rebind.example", []string{"Sec-Fetch-Site", "same-origin"}, true},
+		{"an IPv4 address in brackets", "[127.0.0.1]:9277", []string{"Sec-Fetch-Site", "same-origin"}, true},
+
+		{"IPv4 literal", "127.0.0.1:9277", []string{"Origin", "http://127.0.0.1:9277"}, false},
+		{"IPv6 literal", "[::1]:9277", []string{"Origin", "http://[::1]:9277"}, false},
+		{"IP literal without a port", "10.1.2.3", []string{"Sec-Fetch-Site", "same-origin"}, false},
+		{"localhost", "localhost:9277", []string{"Origin", "http://localhost:9277", "Sec-Fetch-Site", "same-origin"}, false},
+		{"localhost in upper case, with a trailing dot", "LOCALHOST.:9277", []string{"Sec-Fetch-Site", "same-origin"}, false},
+		{"a name under .localhost", "dash.localhost:9277", []string{"Origin", "http://dash.localhost:9277"}, false},
+		{"a name in allowed_hosts", "dq.example:9277", []string{"Origin", "http://dq.example:9277"}, false},
+		{"an allowed name in another case, with a trailing dot", "DQ.Example.:9277", []string{"Sec-Fetch-Site", "same-origin"}, false},
+		{"an entry written in upper case with a dot", "upper.example", []string{"Origin", "http://upper.example"}, false},
+
+		{"not a browser: the rebinding name", "rebind.example:9277", nil, false},
+		{"not a browser: any name", "queue.internal.corp", nil, false},
+	}
+	for _, sp := range paths {
+		for _, tc := range tests {
+			for _, endpoint := range []string{"/push", "/stats"} {
+				t.Run(sp.name+"/"+tc.name+endpoint, func(t *testing.T) {
+					before := len(q.recorded())
+					got, via := sendWithHost(t, http.MethodPost, sp.url+endpoint, tc.host, "text/plain", validBodies()[endpoint], tc.headers...)
+					wantVia := viaNetHTTP
+					if sp.fast && endpoint == "/push" {
+						wantVia = viaFastPath
+					}
+					if via != wantVia {
+						t.Errorf("served by %q, want %q", via, wantVia)
+					}
+					calls := len(q.recorded()) - before
+					if !tc.refused {
+						if got.status != http.StatusOK || got.code != 0 || calls != 1 {
+							t.Fatalf("answer %d %s after %d queue calls, want it served", got.status, got.raw, calls)
+						}
+						return
+					}
+					wantMsg := fmt.Sprintf(msgForeignHost, tc.host)
+					if got.status != http.StatusForbidden || got.code != 1 || got.msg != wantMsg {
+						t.Fatalf("answer %d %s\nwant 403, code 1, %q", got.status, got.raw, wantMsg)
+					}
+					if !strings.Contains(got.msg, "allowed_hosts") {
+						t.Errorf("message %q does not name allowed_hosts", got.msg)
+					}
+					if calls != 0 {
+						t.Errorf("a refused request reached the queue %d times", calls)
+					}
+				})
+			}
+		}
+	}
+}
+
+// With auth_token set, the token decides: a browser request under any name
+// is served with it, and without it gets 401, so that the dashboard asks
+// for the token rather than reporting a refusal it cannot act on.
+func TestBrowserRequestsWithTheTokenPassUnderAnyHost(t *testing.T) {
+	const token = "0123456789abcdef-token"
+	q := &fakeQueue{}
+	opts := testOptions()
+	opts.AuthToken = token
+	paths := startBothPaths(t, New(q, opts, testLogger(t)))
+	const host = "rebind.example:9277"
+	browser := []string{"Origin", "http://" + host, "Sec-Fetch-Site", "same-origin"}
+
+	tests := []struct {
+		name       string
+		auth       string
+		wantStatus int
+		wantMsg    string
+	}{
+		{"valid token", "Bearer " + token, http.StatusOK, "pushed"},
+		{"no token", "", http.StatusUnauthorized, msgTokenMissing},
+		{"wrong token", "Bearer not-the-token-at-all", http.StatusUnauthorized, msgTokenInvalid},
+	}
+	for _, sp := range paths {
+		for _, tc := range tests {
+			t.Run(sp.name+"/"+tc.name, func(t *testing.T) {
+				headers := browser
+				if tc.auth != "" {
+					headers = append(headers[:len(headers):len(headers)], "Authorization", tc.auth)
+				}
+				got, via := sendWithHost(t, http.MethodPost, sp.url+"/push", host, "text/plain", validBodies()["/push"], headers...)
+				if wantVia := map[bool]string{true: viaFastPath, false: viaNetHTTP}[sp.fast]; via != wantVia {
+					t.Errorf("served by %q, want %q", via, wantVia)
+				}
+				if got.status != tc.wantStatus || got.msg != tc.wantMsg {
+					t.Fatalf("answer %d %s, want %d %q", got.status, got.raw, tc.wantStatus, tc.wantMsg)
+				}
+			})
+		}
+	}
+}
+
+// The GET routes that never need the token answer browsers under any name:
+// the dashboard's page must load before it can ask for the token, and what
+// keeps /metrics from a rebinding page is metrics_auth, since the page's
+// own GETs carry no Origin.
+func TestOpenRoutesAnswerBrowsersUnderAnyHost(t *testing.T) {
+	opts := testOptions()
+	opts.Metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "dq_up 1\n")
+	})
+	opts.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "<!doctype html>")
+	})
+	srv := httptest.NewServer(New(&fakeQueue{}, opts, testLogger(t)))
+	defer srv.Close()
+
+	for _, path := range []string{"/healthz", "/metrics", "/ui/"} {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "rebind.example:9277"
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s from a browser under a foreign name: %d %s, want 200", path, resp.StatusCode, raw)
+		}
+	}
+}
