@@ -91,6 +91,8 @@ func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
 // sweepDeadLetters enforces the dead letters' time to live for every topic,
 // now and then, so old dead letters go even when no new job dies.
 func (q *Queue) sweepDeadLetters(ctx context.Context) {
+	health := q.health.start(LoopDeadSweeper)
+	defer health.stop()
 	ticker := time.NewTicker(deadSweepInterval)
 	defer ticker.Stop()
 	for {
@@ -99,20 +101,30 @@ func (q *Queue) sweepDeadLetters(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		topics, err := q.Topics(ctx)
-		if err != nil {
+		if script, err := q.sweepDeadLettersOnce(ctx); err != nil {
+			health.failed(script, err)
 			continue
 		}
-		for start := 0; start < len(topics); start += 100 {
-			batch := topics[start:min(start+100, len(topics))]
-			args := make([]any, len(batch))
-			for i, t := range batch {
-				args[i] = t
-			}
-			if _, err := q.eval(ctx, q.scripts.deadSweep, nil, args...); err != nil {
-				q.log.Debug("dead-letter sweep failed", "err", err)
-				break
-			}
+		health.ok()
+	}
+}
+
+// sweepDeadLettersOnce is one sweep of every topic. On failure it names the
+// script or command that failed.
+func (q *Queue) sweepDeadLettersOnce(ctx context.Context) (string, error) {
+	topics, err := q.Topics(ctx)
+	if err != nil {
+		return "SMEMBERS", err
+	}
+	for start := 0; start < len(topics); start += 100 {
+		batch := topics[start:min(start+100, len(topics))]
+		args := make([]any, len(batch))
+		for i, t := range batch {
+			args[i] = t
+		}
+		if _, err := q.eval(ctx, q.scripts.deadSweep, nil, args...); err != nil {
+			return q.scripts.name(q.scripts.deadSweep), err
 		}
 	}
+	return "", nil
 }

@@ -2,6 +2,8 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +60,8 @@ func (l *dispatchLoop) interrupt() {
 }
 
 func (l *dispatchLoop) run(ctx context.Context) {
+	health := l.q.health.start(LoopDispatcher)
+	defer health.stop()
 	var conn redis.Conn
 	defer func() {
 		if conn != nil {
@@ -72,10 +76,12 @@ func (l *dispatchLoop) run(ctx context.Context) {
 		topics := l.q.waiters.topicsOf(l.index)
 		if len(topics) == 0 {
 			l.setBlocked(false)
+			health.idle()
 			select {
 			case <-changed:
 			case <-ctx.Done():
 			}
+			health.ok()
 			continue
 		}
 		if conn == nil {
@@ -83,6 +89,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			if err != nil {
 				l.setBlocked(false)
 				l.q.noteRedis(err)
+				health.failed("BLPOP", fmt.Errorf("%w: %w", ErrUnavailable, err))
 				l.sleep(ctx, backoff)
 				backoff = min(backoff*2, wait)
 				continue
@@ -93,7 +100,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 		for _, t := range topics {
 			args = append(args, l.q.keys.wake(t))
 		}
-		args = append(args, l.control, int(max(wait/time.Second, 1)))
+		args = append(args, l.control, int(dispatchBlock(l.q.opts)/time.Second))
 		reply, err := redis.Strings(redis.DoWithTimeout(conn, wait+5*time.Second, "BLPOP", args...))
 		l.setBlocked(false)
 		switch {
@@ -101,25 +108,69 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			// Timed out: the safety net. Try every topic, in case a token was
 			// lost with a killed process or a dropped connection.
 			l.q.noteRedis(nil)
-			for _, t := range topics {
-				for l.serve(ctx, t) {
-				}
-			}
+			err = l.serveEvery(ctx, topics, health)
 		case err != nil:
 			conn.Close()
 			conn = nil
-			l.q.noteRedis(err)
+			loopErr := blockingError(err)
+			if errors.Is(loopErr, ErrUnavailable) {
+				l.q.noteRedis(err)
+			} else {
+				l.q.noteRedis(nil) // Redis answered, with an error
+			}
+			health.failed("BLPOP", loopErr)
 			l.sleep(ctx, backoff)
 			backoff = min(backoff*2, wait)
+			continue
 		default:
 			backoff = 100 * time.Millisecond
 			l.q.noteRedis(nil)
-			if reply[0] == l.control {
-				continue
+			if reply[0] != l.control {
+				_, err = l.serve(ctx, strings.TrimPrefix(reply[0], l.q.keys.wakePrefix()))
 			}
-			l.serve(ctx, strings.TrimPrefix(reply[0], l.q.keys.wakePrefix()))
+		}
+		if err != nil {
+			health.failed(l.q.scripts.name(l.q.scripts.claim), err)
+			continue
+		}
+		health.ok()
+	}
+}
+
+// dispatchBlock is how long one BLPOP of a dispatch loop blocks: the scan
+// interval, in whole seconds, at least one.
+func dispatchBlock(opts Options) time.Duration {
+	return max(opts.ScanInterval.Truncate(time.Second), time.Second)
+}
+
+// blockingError is err, of a loop's own connection, wrapped in
+// ErrUnavailable unless Redis answered it (as withConn does for pooled
+// ones).
+func blockingError(err error) error {
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// serveEvery serves every topic until none hands out a job. Each serve
+// that handed some out counts as a round, so that a long burst does not
+// make the loop look stuck.
+func (l *dispatchLoop) serveEvery(ctx context.Context, topics []string, health *loopRun) error {
+	for _, t := range topics {
+		for {
+			served, err := l.serve(ctx, t)
+			if err != nil {
+				return err
+			}
+			if !served {
+				break
+			}
+			health.ok()
 		}
 	}
+	return nil
 }
 
 // serveRounds bounds the claim rounds of one serve, so that a topic with a
@@ -131,8 +182,9 @@ const serveRounds = 10
 // token says a job is ready, not how many: serve claims for the first
 // waiter, and while every waiter of a round got all it asked for (more may
 // be ready, as in a burst), for twice as many waiters in the next round,
-// all in one script call. It reports whether a job was handed out.
-func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
+// all in one script call. It reports whether a job was handed out, and the
+// error of a claim that failed.
+func (l *dispatchLoop) serve(ctx context.Context, topic string) (bool, error) {
 	served := false
 	for round, jobs := 0, 1; round < serveRounds; round, jobs = round+1, min(2*jobs, maxClaimsPerCall) {
 		ws := l.q.waiters.checkout(topic, jobs)
@@ -140,15 +192,15 @@ func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
 			if !served {
 				l.returnToken(topic)
 			}
-			return served
+			return served, nil
 		}
-		all, some := l.claimFor(topic, ws)
+		all, some, err := l.claimFor(topic, ws)
 		served = served || some
-		if !all || ctx.Err() != nil {
-			return served
+		if err != nil || !all || ctx.Err() != nil {
+			return served, err
 		}
 	}
-	return served
+	return served, nil
 }
 
 // returnToken gives back a token the loop took for a topic whose waiters
@@ -165,8 +217,8 @@ func (l *dispatchLoop) returnToken(topic string) {
 // claimFor runs one claim for checked-out waiters and hands each its jobs.
 // Those left empty-handed queue again at the front, in their order. all
 // reports whether every waiter got as many jobs as it asked for; some,
-// whether any got one.
-func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool) {
+// whether any got one; err, why the claim failed.
+func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool, err error) {
 	calls := make([]claimCall, len(ws))
 	for i, w := range ws {
 		calls[i] = claimCall{topics: w.topics, count: w.count}
@@ -175,7 +227,6 @@ func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool) {
 	defer cancel()
 	results, err := l.q.execClaims(ctx, calls)
 	if err != nil {
-		l.q.log.Debug("claim for held pops failed", "topic", topic, "err", err)
 		results = make([][]*Delivery, len(ws))
 	}
 	all = true
@@ -193,7 +244,7 @@ func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool) {
 		w.result <- popResult{deliveries: ds}
 		some = true
 	}
-	return all, some
+	return all, some, err
 }
 
 func (l *dispatchLoop) sleep(ctx context.Context, d time.Duration) {

@@ -89,6 +89,7 @@ type Queue struct {
 	redisDown   atomic.Bool
 	held        atomic.Int64
 	obs         Observer
+	health      *loopMonitor
 
 	// Concurrent pushes, claims, finishes and deletes share script calls.
 	pushes   *lanes[pushCall, pushReply]
@@ -162,6 +163,7 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		stopWaiting: make(chan struct{}),
 		obs:         opts.Observer,
 	}
+	q.health = newLoopMonitor(logger, opts.Observer, time.Now, loopKinds(opts)...)
 	q.pushes = newLanes(MaxPushBatchJobs, func(c pushCall) int { return c.jobs }, q.execPushes)
 	q.claims = newLanes(maxClaimsPerCall, func(c claimCall) int { return c.count }, q.execClaims)
 	idCount := func(ids []any) int { return len(ids) }

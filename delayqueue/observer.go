@@ -19,6 +19,9 @@ type Observer interface {
 	ScanLag(lag time.Duration)
 	// RedisError counts failures to talk to Redis.
 	RedisError()
+	// LoopError counts failed rounds of a background loop (LoopScanner,
+	// LoopDispatcher, LoopDeadSweeper), whatever the error.
+	LoopError(loop string)
 }
 
 // NopObserver ignores every event.
@@ -32,6 +35,7 @@ func (NopObserver) JobsDeadLettered(string, int) {}
 func (NopObserver) LeaseExpired(string)          {}
 func (NopObserver) ScanLag(time.Duration)        {}
 func (NopObserver) RedisError()                  {}
+func (NopObserver) LoopError(string)             {}
 
 // HeldPops is the number of Pops this process holds right now.
 func (q *Queue) HeldPops() int { return int(q.held.Load()) }

@@ -32,6 +32,7 @@ func (r *recordingObserver) JobsDeadLettered(t string, n int) { r.add("dead", t,
 func (r *recordingObserver) LeaseExpired(t string)            { r.add("expired", t, 1) }
 func (r *recordingObserver) ScanLag(time.Duration)            { r.add("scan", "", 1) }
 func (r *recordingObserver) RedisError()                      { r.add("redis-error", "", 1) }
+func (r *recordingObserver) LoopError(loop string)            { r.add("loop-error", loop, 1) }
 func (r *recordingObserver) JobDelivered(t string, attempts int) {
 	if attempts > 1 {
 		r.add("redelivered", t, 1)

@@ -79,6 +79,8 @@ func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
 }
 
 func (s *scanner) run(ctx context.Context) {
+	health := s.q.health.start(LoopScanner)
+	defer health.stop()
 	interval := s.q.opts.ScanInterval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -101,11 +103,12 @@ func (s *scanner) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.q.log.Debug("scan bucket failed", "bucket", s.key, "err", err)
+			health.failed(s.q.scripts.name(s.q.scripts.moveDue), err)
 			s.sleepUntil(timer, time.Now().Add(backoff))
 			backoff = min(backoff*2, interval)
 			continue
 		}
+		health.ok()
 		backoff = 100 * time.Millisecond
 		if r.moved >= s.q.opts.MoveBatch {
 			// A full batch: more may be due right now.

@@ -18,6 +18,8 @@ var scriptFiles embed.FS
 type scripts struct {
 	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
 	kick, deadDelete, deadSweep, importLegacy, claimHook          *redis.Script
+	// names maps each script to its file name, for the logs.
+	names map[*redis.Script]string
 }
 
 func loadScripts() (scripts, error) {
@@ -25,7 +27,7 @@ func loadScripts() (scripts, error) {
 	if err != nil {
 		return scripts{}, fmt.Errorf("read scripts/lib.lua: %w", err)
 	}
-	var s scripts
+	s := scripts{names: make(map[*redis.Script]string)}
 	for _, e := range []struct {
 		dst      **redis.Script
 		name     string
@@ -50,6 +52,7 @@ func loadScripts() (scripts, error) {
 			return scripts{}, fmt.Errorf("read scripts/%s: %w", e.name, err)
 		}
 		*e.dst = redis.NewScript(e.keyCount, string(lib)+"\n"+string(src))
+		s.names[*e.dst] = e.name
 	}
 	return s, nil
 }
@@ -58,6 +61,9 @@ func (s scripts) all() []*redis.Script {
 	return []*redis.Script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.release, s.touch,
 		s.kick, s.deadDelete, s.deadSweep, s.importLegacy, s.claimHook}
 }
+
+// name is the file name of one of the scripts.
+func (s scripts) name(sc *redis.Script) string { return s.names[sc] }
 
 // loadAll sends every script to Redis, so the first calls need no EVAL.
 func (s scripts) loadAll(c redis.Conn) error {

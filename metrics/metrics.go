@@ -49,6 +49,7 @@ type Metrics struct {
 	scanLag       prometheus.Gauge
 	scanLagHist   prometheus.Histogram
 	redisErrors   prometheus.Counter
+	loopErrors    *prometheus.CounterVec
 	deadDropped   *prometheus.GaugeVec
 	webhookCalls  *prometheus.CounterVec
 	webhookTiming prometheus.Histogram
@@ -104,6 +105,10 @@ func New(opts Options, logger *slog.Logger) *Metrics {
 			Name: "delayqueue_redis_errors_total",
 			Help: "Failures to talk to Redis.",
 		}),
+		loopErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delayqueue_loop_errors_total",
+			Help: "Failed rounds of the background loops (scanner, dispatcher, dead-sweeper), connection errors included.",
+		}, []string{"loop"}),
 		deadDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delayqueue_dead_letters_dropped",
 			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, by topic, since the counters began (sampled from Redis, shared by every instance).",
@@ -119,7 +124,7 @@ func New(opts Options, logger *slog.Logger) *Metrics {
 		}),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.jobs, m.leaseExpired, m.jobsByState, m.deadDropped, m.scanLag, m.scanLagHist,
-		m.redisErrors, m.webhookCalls, m.webhookTiming,
+		m.redisErrors, m.loopErrors, m.webhookCalls, m.webhookTiming,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -151,15 +156,19 @@ func (m *Metrics) topic(topic string) string {
 	return topic
 }
 
-// WatchQueue adds the gauges read from a queue: held pops now and, every
-// SampleInterval until ctx ends, the jobs per topic and state. The returned
-// channel is closed when sampling has stopped: wait for it before closing
-// the queue's pool.
+// WatchQueue adds the gauges read from a queue: held pops and the health of
+// its background loops now and, every SampleInterval until ctx ends, the
+// jobs per topic and state. The returned channel is closed when sampling
+// has stopped: wait for it before closing the queue's pool.
 func (m *Metrics) WatchQueue(ctx context.Context, q *delayqueue.Queue) <-chan struct{} {
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "delayqueue_held_pops",
 		Help: "Pops this process holds waiting for a job.",
 	}, func() float64 { return float64(q.HeldPops()) }))
+	for _, s := range q.LoopHealth() {
+		m.loopErrors.WithLabelValues(s.Loop) // present at 0, for rate()
+	}
+	m.registry.MustRegister(newLoopHealthCollector(q))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -275,5 +284,42 @@ func (m *Metrics) ScanLag(lag time.Duration) {
 }
 
 func (m *Metrics) RedisError() { m.redisErrors.Inc() }
+
+func (m *Metrics) LoopError(loop string) { m.loopErrors.WithLabelValues(loop).Inc() }
+
+// loopHealthCollector reads the health of a queue's background loops at
+// each scrape.
+type loopHealthCollector struct {
+	q             *delayqueue.Queue
+	behind, stale *prometheus.Desc
+}
+
+func newLoopHealthCollector(q *delayqueue.Queue) loopHealthCollector {
+	return loopHealthCollector{
+		q: q,
+		behind: prometheus.NewDesc("delayqueue_loop_last_round_age_seconds",
+			"How long the most behind goroutine of each background loop has gone without completing a round (0 while it waits for work).",
+			[]string{"loop"}, nil),
+		stale: prometheus.NewDesc("delayqueue_loop_stale",
+			"1 when a background loop has gone without a completed round for longer than it should (as GET /readyz reports), else 0.",
+			[]string{"loop"}, nil),
+	}
+}
+
+func (c loopHealthCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.behind
+	ch <- c.stale
+}
+
+func (c loopHealthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.q.LoopHealth() {
+		stale := 0.0
+		if s.Stale() {
+			stale = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.behind, prometheus.GaugeValue, s.Behind.Seconds(), s.Loop)
+		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.GaugeValue, stale, s.Loop)
+	}
+}
 
 var _ delayqueue.Observer = (*Metrics)(nil)

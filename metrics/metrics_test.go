@@ -26,6 +26,18 @@ func TestTopicLabelsAreCapped(t *testing.T) {
 	}
 }
 
+func TestLoopErrorsAreCountedPerLoop(t *testing.T) {
+	m := New(Options{}, nil)
+	for _, loop := range []string{delayqueue.LoopScanner, delayqueue.LoopScanner, delayqueue.LoopDeadSweeper} {
+		m.LoopError(loop)
+	}
+	for loop, want := range map[string]float64{delayqueue.LoopScanner: 2, delayqueue.LoopDeadSweeper: 1, delayqueue.LoopDispatcher: 0} {
+		if got := testutil.ToFloat64(m.loopErrors.WithLabelValues(loop)); got != want {
+			t.Errorf("loop errors{loop=%q} = %v, want %v", loop, got, want)
+		}
+	}
+}
+
 func TestMetricsFromARealQueue(t *testing.T) {
 	mr := redistest.Mini(t)
 	ro := delayqueue.RedisOptions{Addr: mr.Addr(), DB: 1, ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second}
@@ -81,6 +93,13 @@ func TestMetricsFromARealQueue(t *testing.T) {
 		`delayqueue_http_requests_total{endpoint="/pop",result="ok"} 1`,
 		`delayqueue_held_pops 0`,
 		`delayqueue_redis_pool_in_use`,
+		`delayqueue_loop_errors_total{loop="scanner"} 0`,
+		`delayqueue_loop_errors_total{loop="dispatcher"} 0`,
+		`delayqueue_loop_errors_total{loop="dead-sweeper"} 0`,
+		`delayqueue_loop_stale{loop="scanner"} 0`,
+		`delayqueue_loop_stale{loop="dispatcher"} 0`,
+		`delayqueue_loop_stale{loop="dead-sweeper"} 0`,
+		`delayqueue_loop_last_round_age_seconds{loop="scanner"} `,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(string(body), want) {

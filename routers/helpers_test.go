@@ -46,6 +46,7 @@ type fakeQueue struct {
 	info        *delayqueue.JobInfo     // returned by Get
 	dead        []string                // returned by FinishBatch
 	deleted     int                     // returned by DeleteBatch and DeadDelete
+	loops       []delayqueue.LoopStatus // returned by LoopHealth
 	state       string                  // returned by Release, also with an error
 	due         time.Time               // returned by Release
 	leaseUntil  time.Time               // returned by Touch
@@ -183,6 +184,12 @@ func (f *fakeQueue) Upcoming(ctx context.Context, step time.Duration, n int) (ti
 func (f *fakeQueue) Ready(ctx context.Context) error {
 	f.record(queueCall{op: "ready"})
 	return f.errOf("ready")
+}
+
+func (f *fakeQueue) LoopHealth() []delayqueue.LoopStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.loops
 }
 
 // testLogWriter routes log lines to t.Log.

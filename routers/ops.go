@@ -18,6 +18,8 @@ const (
 	msgTokenInvalid = "invalid token"
 	msgNotReady     = "not ready: redis unavailable"
 	msgNotReadyStop = "not ready: server is shutting down"
+	// msgReadyStaleLoops starts a ready answer that names stale loops.
+	msgReadyStaleLoops = "ready, but background loops are behind: "
 )
 
 // tokenChecker compares bearer tokens with the configured one in constant
@@ -69,15 +71,46 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	succeed(w, r, "up", nil)
 }
 
+// readyData is the data of a /readyz answer that found stale background
+// loops.
+type readyData struct {
+	StaleLoops []staleLoop `json:"stale_loops"`
+}
+
+type staleLoop struct {
+	Loop string `json:"loop"`
+	// SecondsBehind is how long the loop has gone without a completed
+	// round; StaleAfterSeconds, how long it may.
+	SecondsBehind     float64 `json:"seconds_behind"`
+	StaleAfterSeconds float64 `json:"stale_after_seconds"`
+}
+
 // readyz answers 200 when Redis answers and holds the engine's scripts, and
 // 503 otherwise: a readiness probe, for load balancers to route around an
-// instance that cannot serve.
+// instance that cannot serve. Stale background loops are named in the
+// answer but leave it 200: the instance still serves requests, and what
+// stalls one instance's loops (a Redis refusing a command) usually stalls
+// every instance's, whose failing probes would take the whole service out
+// of the load balancer.
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.ReadyTimeout)
 	defer cancel()
 	err := h.queue.Ready(ctx)
 	if err == nil {
-		succeed(w, r, "ready", nil)
+		var data readyData
+		var names []string
+		for _, s := range h.queue.LoopHealth() {
+			if s.Stale() {
+				data.StaleLoops = append(data.StaleLoops, staleLoop{Loop: s.Loop,
+					SecondsBehind: s.Behind.Seconds(), StaleAfterSeconds: s.StaleAfter.Seconds()})
+				names = append(names, s.Loop)
+			}
+		}
+		if len(names) == 0 {
+			succeed(w, r, "ready", nil)
+			return
+		}
+		succeed(w, r, msgReadyStaleLoops+strings.Join(names, ", "), data)
 		return
 	}
 	// The engine logs the loss and the recovery of Redis once each; a

@@ -258,6 +258,51 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
+// A ready instance whose background loops fell behind stays 200 and names
+// them in the answer; fresh or idle loops leave the answer as it was.
+func TestReadyzNamesStaleLoops(t *testing.T) {
+	fresh := delayqueue.LoopStatus{Loop: delayqueue.LoopDispatcher, Behind: time.Second, StaleAfter: 10 * time.Second}
+	staleScanner := delayqueue.LoopStatus{Loop: delayqueue.LoopScanner, Behind: 12 * time.Second, StaleAfter: 5 * time.Second}
+	staleSweeper := delayqueue.LoopStatus{Loop: delayqueue.LoopDeadSweeper, Behind: 200 * time.Second, StaleAfter: 180 * time.Second}
+	tests := []struct {
+		name       string
+		loops      []delayqueue.LoopStatus
+		readyErr   error
+		wantStatus int
+		wantCode   int
+		wantMsg    string
+		wantData   string
+	}{
+		{"no loops running", nil, nil, 200, 0, "ready", "null"},
+		{"loops up to date", []delayqueue.LoopStatus{fresh, {Loop: delayqueue.LoopScanner, StaleAfter: 5 * time.Second}}, nil,
+			200, 0, "ready", "null"},
+		{"just at the threshold", []delayqueue.LoopStatus{{Loop: delayqueue.LoopScanner, Behind: 5 * time.Second, StaleAfter: 5 * time.Second}}, nil,
+			200, 0, "ready", "null"},
+		{"stale scanner", []delayqueue.LoopStatus{staleScanner, fresh}, nil,
+			200, 0, "ready, but background loops are behind: scanner",
+			`{"stale_loops":[{"loop":"scanner","seconds_behind":12,"stale_after_seconds":5}]}`},
+		{"two stale loops", []delayqueue.LoopStatus{staleScanner, fresh, staleSweeper}, nil,
+			200, 0, "ready, but background loops are behind: scanner, dead-sweeper",
+			`{"stale_loops":[{"loop":"scanner","seconds_behind":12,"stale_after_seconds":5},` +
+				`{"loop":"dead-sweeper","seconds_behind":200,"stale_after_seconds":180}]}`},
+		{"redis down wins", []delayqueue.LoopStatus{staleScanner}, delayqueue.ErrUnavailable,
+			503, 1, "not ready: redis unavailable", "null"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := &fakeQueue{loops: tt.loops, opErr: map[string]error{"ready": tt.readyErr}}
+			rec := record(New(q, testOptions(), testLogger(t)), newRequest(t, "GET", "/readyz", ""))
+			resp, problem := parseEnvelope(rec.Code, rec.Header(), rec.Body.Bytes())
+			if problem != "" {
+				t.Fatal(problem)
+			}
+			if resp.status != tt.wantStatus || resp.code != tt.wantCode || resp.msg != tt.wantMsg || string(resp.data) != tt.wantData {
+				t.Fatalf("answer %d %s, want %d code %d %q data %s", resp.status, resp.raw, tt.wantStatus, tt.wantCode, tt.wantMsg, tt.wantData)
+			}
+		})
+	}
+}
+
 // blockingReadyQueue's Ready waits for its context, like a Redis that
 // accepts the connection and never answers.
 type blockingReadyQueue struct{ fakeQueue }

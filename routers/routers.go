@@ -45,6 +45,8 @@ type Queue interface {
 	// Ready reports whether the engine can serve: Redis answers and holds
 	// its scripts.
 	Ready(ctx context.Context) error
+	// LoopHealth reports the engine's background loops, for /readyz.
+	LoopHealth() []delayqueue.LoopStatus
 }
 
 // Defaults used for the zero values of Options.
