@@ -75,9 +75,34 @@ type CallbackDelivery struct {
 	Callback Callback
 }
 
-// ClaimCallbacks leases up to count ready webhook jobs to the caller.
+// ClaimCallbacks leases up to count ready webhook jobs to the caller, from
+// the partitions in turn, starting at the next one of the rotation.
 func (q *Queue) ClaimCallbacks(ctx context.Context, count int) ([]CallbackDelivery, error) {
-	reply, err := redis.Values(q.eval(ctx, q.scripts.claimHook, nil, count, maxStaleSkips))
+	if err := q.started(); err != nil {
+		return nil, fmt.Errorf("claim callbacks: %w", err)
+	}
+	n := len(q.partitions)
+	start := int(q.nextClaim.Add(1) % uint32(n))
+	var (
+		out     []CallbackDelivery
+		lastErr error
+	)
+	for i := 0; i < n && len(out) < count; i++ {
+		p := q.partitions[(start+i)%n]
+		got, err := q.claimCallbacksOn(ctx, p, count-len(out))
+		out = append(out, got...)
+		if err != nil {
+			lastErr = err
+		}
+	}
+	if len(out) == 0 && lastErr != nil {
+		return nil, lastErr
+	}
+	return out, nil
+}
+
+func (q *Queue) claimCallbacksOn(ctx context.Context, p *partition, count int) ([]CallbackDelivery, error) {
+	reply, err := redis.Values(q.call(ctx, p, q.scripts.claimHook, nil, count))
 	if err != nil {
 		return nil, fmt.Errorf("claim callbacks: %w", err)
 	}
@@ -98,6 +123,30 @@ func (q *Queue) ClaimCallbacks(ctx context.Context, count int) ([]CallbackDelive
 	return out, nil
 }
 
+// WaitCallbacks waits until a callback job may be ready (a wake-up token
+// came on some partition), for at most timeout or until ctx is done. It
+// only wakes: ClaimCallbacks decides. The wait costs no Redis connection of
+// its own: loop 0 of each partition's dispatch loops listens for the
+// callback tokens while a dispatcher waits.
+func (q *Queue) WaitCallbacks(ctx context.Context, timeout time.Duration) {
+	woken, first := q.waiters.waitHooks()
+	defer q.waiters.doneWaitingHooks()
+	if first {
+		for _, p := range q.partitions {
+			if l := p.loops[0]; l.isBlocked() {
+				go l.interrupt()
+			}
+		}
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-woken:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // CallbackSucceeded finishes a webhook job whose call answered 2xx.
 func (q *Queue) CallbackSucceeded(ctx context.Context, id string) error {
 	_, err := q.FinishBatch(ctx, []string{id})
@@ -114,16 +163,12 @@ func (q *Queue) CallbackFailed(ctx context.Context, id string, attempt, status i
 	return state, err
 }
 
-// HookWakeKey is the list a webhook dispatcher blocks on (BLPOP) to learn
-// that callback jobs are ready.
-func (q *Queue) HookWakeKey() string { return q.keys.prefix + "wake_hooks" }
-
 // UnclaimCallback gives back a claimed webhook job that was not called (or
 // whose call shutdown cut): it is ready again at once for another
 // dispatcher, and the attempt is not counted. It reports whether the job was
 // still held by that attempt.
 func (q *Queue) UnclaimCallback(ctx context.Context, id string, attempt int) (bool, error) {
-	n, err := redis.Int(q.eval(ctx, q.scripts.unclaim, nil, id, attempt))
+	n, err := redis.Int(q.call(ctx, q.partitionOf(id), q.scripts.unclaim, nil, id, attempt))
 	if err != nil {
 		return false, fmt.Errorf("unclaim callback %s: %w", id, err)
 	}

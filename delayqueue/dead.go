@@ -3,6 +3,8 @@ package delayqueue
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -15,46 +17,116 @@ const MaxDeadPage = 1000
 // for every topic (it is also enforced whenever a job dies).
 const deadSweepInterval = time.Minute
 
+// deadEntry is one dead letter as its partition's index lists it.
+type deadEntry struct {
+	p    *partition
+	id   string
+	died string // 13 digits: entries compare as text
+}
+
+// deadEntries reads up to n of a topic's dead letters from every
+// partition's index, the newest (or, with oldest, the oldest) first, and
+// merges them in that order. It also returns how many there are in all.
+func (q *Queue) deadEntries(ctx context.Context, topic string, n int, oldest bool) ([]deadEntry, int, error) {
+	lists := make([][]deadEntry, len(q.partitions))
+	totals := make([]int, len(q.partitions))
+	err := q.eachPartition(ctx, func(p *partition) error {
+		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
+			min, max := "["+topic+",", "("+topic+"-"
+			if oldest {
+				_ = c.Send("ZRANGEBYLEX", p.keyAt(keyDead), min, max, "LIMIT", 0, n)
+			} else {
+				_ = c.Send("ZREVRANGEBYLEX", p.keyAt(keyDead), max, min, "LIMIT", 0, n)
+			}
+			_ = c.Send("HGET", p.keyAt(keyCounts), StateDead+","+topic)
+			if err := c.Flush(); err != nil {
+				return err
+			}
+			members, err := redis.Strings(c.Receive())
+			if err != nil {
+				return err
+			}
+			total, err := redis.Int(c.Receive())
+			if err != nil && err != redis.ErrNil {
+				return err
+			}
+			totals[p.number-1] = total
+			for _, m := range members {
+				rest := strings.TrimPrefix(m, topic+",")
+				died, id, ok := strings.Cut(rest, ",")
+				if ok {
+					lists[p.number-1] = append(lists[p.number-1], deadEntry{p: p, id: id, died: died})
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	var all []deadEntry
+	total := 0
+	for i := range lists {
+		all = append(all, lists[i]...)
+		total += totals[i]
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].died != all[j].died {
+			return (all[i].died < all[j].died) == oldest
+		}
+		return (all[i].id < all[j].id) == oldest
+	})
+	return all, total, nil
+}
+
+// byPartition groups entries by partition, keeping their order.
+func byPartition(entries []deadEntry) (map[*partition][]string, []*partition) {
+	ids := make(map[*partition][]string)
+	var order []*partition
+	for _, e := range entries {
+		if _, ok := ids[e.p]; !ok {
+			order = append(order, e.p)
+		}
+		ids[e.p] = append(ids[e.p], e.id)
+	}
+	return ids, order
+}
+
 // DeadList returns a topic's dead letters, newest first, and how many there
-// are in all.
+// are in all. The page merges every partition's newest offset+limit.
 func (q *Queue) DeadList(ctx context.Context, topic string, offset, limit int) ([]JobInfo, int, error) {
 	if offset < 0 || limit < 1 || limit > MaxDeadPage {
 		return nil, 0, fmt.Errorf("dead list: %w: offset must be 0 or more and limit 1 to %d", ErrInvalidJob, MaxDeadPage)
 	}
-	var (
-		total int
-		jobs  []JobInfo
-	)
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		if total, err = redis.Int(c.Do("ZCARD", q.keys.dead(topic))); err != nil {
-			return err
-		}
-		ids, err := redis.Strings(c.Do("ZREVRANGE", q.keys.dead(topic), offset, offset+limit-1))
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if err := c.Send("HGETALL", q.keys.job(id)); err != nil {
-				return err
-			}
-		}
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		for _, id := range ids {
-			fields, err := redis.StringMap(c.Receive())
-			if err != nil {
-				return err
-			}
-			if len(fields) > 0 {
-				jobs = append(jobs, *jobInfoFromFields(id, fields))
-			}
-		}
-		return nil
-	})
+	if err := q.started(); err != nil {
+		return nil, 0, fmt.Errorf("dead list %s: %w", topic, err)
+	}
+	entries, total, err := q.deadEntries(ctx, topic, offset+limit, false)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dead list %s: %w", topic, err)
+	}
+	if offset >= len(entries) {
+		return nil, total, nil
+	}
+	page := entries[offset:min(offset+limit, len(entries))]
+	ids, order := byPartition(page)
+	infos := make(map[string]*JobInfo, len(page))
+	for _, p := range order {
+		got, err := q.getJobs(ctx, p, ids[p])
+		if err != nil {
+			return nil, 0, fmt.Errorf("dead list %s: %w", topic, err)
+		}
+		for i, info := range got {
+			if info != nil {
+				infos[ids[p][i]] = info
+			}
+		}
+	}
+	jobs := make([]JobInfo, 0, len(page))
+	for _, e := range page {
+		if info := infos[e.id]; info != nil {
+			jobs = append(jobs, *info)
+		}
 	}
 	return jobs, total, nil
 }
@@ -65,9 +137,29 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 	if id == "" && (count < 1 || count > MaxDeadPage) {
 		return nil, fmt.Errorf("dead kick: %w: count must be 1 to %d", ErrInvalidJob, MaxDeadPage)
 	}
-	kicked, err := redis.Strings(q.evalAck(ctx, q.scripts.kick, nil, topic, id, count))
-	if err != nil {
+	if err := q.started(); err != nil {
 		return nil, fmt.Errorf("dead kick %s: %w", topic, err)
+	}
+	ids := map[*partition][]string{q.partitionOf(id): {id}}
+	order := []*partition{q.partitionOf(id)}
+	if id == "" {
+		entries, _, err := q.deadEntries(ctx, topic, count, true)
+		if err != nil {
+			return nil, fmt.Errorf("dead kick %s: %w", topic, err)
+		}
+		ids, order = byPartition(entries[:min(count, len(entries))])
+	}
+	var kicked []string
+	for _, p := range order {
+		args := []any{topic}
+		for _, id := range ids[p] {
+			args = append(args, id)
+		}
+		got, err := redis.Strings(q.callAck(ctx, p, q.scripts.kick, []string{topic}, args...))
+		kicked = append(kicked, got...)
+		if err != nil {
+			return kicked, fmt.Errorf("dead kick %s: %w", topic, err)
+		}
 	}
 	return kicked, nil
 }
@@ -75,21 +167,35 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 // DeadDelete deletes one dead letter of a topic, or (id "") all of them.
 // It returns how many it deleted.
 func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
-	total := 0
-	for {
-		n, err := redis.Int(q.evalAck(ctx, q.scripts.deadDelete, nil, topic, id, MaxDeadPage))
+	if err := q.started(); err != nil {
+		return 0, fmt.Errorf("dead delete %s: %w", topic, err)
+	}
+	if id != "" {
+		n, err := redis.Int(q.callAck(ctx, q.partitionOf(id), q.scripts.deadDelete, nil, topic, MaxDeadPage, id))
 		if err != nil {
-			return total, fmt.Errorf("dead delete %s: %w", topic, err)
+			return 0, fmt.Errorf("dead delete %s: %w", topic, err)
 		}
-		total += n
-		if id != "" || n == 0 {
-			return total, nil
+		return n, nil
+	}
+	total := 0
+	for _, p := range q.partitions {
+		for {
+			n, err := redis.Int(q.callAck(ctx, p, q.scripts.deadDelete, nil, topic, MaxDeadPage))
+			if err != nil {
+				return total, fmt.Errorf("dead delete %s: %w", topic, err)
+			}
+			total += n
+			if n == 0 {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
-// sweepDeadLetters enforces the dead letters' time to live for every topic,
-// now and then, so old dead letters go even when no new job dies.
+// sweepDeadLetters enforces the dead letters' time to live on every
+// partition, now and then, so old dead letters go even when no new job
+// dies.
 func (q *Queue) sweepDeadLetters(ctx context.Context) {
 	health := q.health.start(LoopDeadSweeper)
 	defer health.stop()
@@ -101,30 +207,38 @@ func (q *Queue) sweepDeadLetters(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		if script, err := q.sweepDeadLettersOnce(ctx); err != nil {
-			health.failed(script, err)
-			continue
+		failed := false
+		for _, p := range q.partitions {
+			if err := q.sweepPartition(ctx, p); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				q.health.failed(loopDeadSweeper, "deadsweep.lua", err)
+				failed = true
+			}
 		}
-		health.ok()
+		if !failed {
+			q.health.ok(loopDeadSweeper)
+		}
 	}
 }
 
-// sweepDeadLettersOnce is one sweep of every topic. On failure it names the
-// script or command that failed.
-func (q *Queue) sweepDeadLettersOnce(ctx context.Context) (string, error) {
-	topics, err := q.Topics(ctx)
+// sweepPartition trims the dead letters of every topic of p that has some.
+func (q *Queue) sweepPartition(ctx context.Context, p *partition) error {
+	counts, err := q.partitionCounts(ctx, p)
 	if err != nil {
-		return "SMEMBERS", err
+		return err
+	}
+	var topics []any
+	for topic, s := range counts.topics {
+		if s.Dead > 0 {
+			topics = append(topics, topic)
+		}
 	}
 	for start := 0; start < len(topics); start += 100 {
-		batch := topics[start:min(start+100, len(topics))]
-		args := make([]any, len(batch))
-		for i, t := range batch {
-			args[i] = t
-		}
-		if _, err := q.eval(ctx, q.scripts.deadSweep, nil, args...); err != nil {
-			return q.scripts.name(q.scripts.deadSweep), err
+		if _, err := q.call(ctx, p, q.scripts.deadSweep, nil, topics[start:min(start+100, len(topics))]...); err != nil {
+			return err
 		}
 	}
-	return "", nil
+	return nil
 }

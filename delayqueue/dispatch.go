@@ -11,26 +11,32 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// dispatchLoop is one shared blocking Redis loop. It waits with BLPOP on the
-// wake-up lists of the topics it serves that have held Pops in this process,
-// and for each token claims a job for the first waiter of that topic. A few
-// loops serve any number of waiters and topics, so held Pops cost no Redis
-// connection each.
+// dispatchLoop is one shared blocking loop of a partition. It waits with
+// BLPOP on the partition's wake-up lists of the topics it serves that have
+// held Pops in this process (a BLPOP waits on the keys of one slot, so a
+// loop serves one partition), and for each token claims a job there for
+// the first waiter of that topic. Loop 0 also listens for callback jobs
+// while a webhook dispatcher of this process waits. A few loops per
+// partition serve any number of waiters and topics, so held Pops cost no
+// Redis connection each.
 //
 // Tokens only wake; the claim script decides. A token lost with a killed
 // process delays a wake-up by at most one blocking timeout, after which the
 // loop tries every topic it serves anyway.
 type dispatchLoop struct {
 	q       *Queue
+	p       *partition
 	index   int
 	control string
+	changed chan struct{}
 
 	mu      sync.Mutex
 	blocked bool
 }
 
-func newDispatchLoop(q *Queue, index int) *dispatchLoop {
-	return &dispatchLoop{q: q, index: index, control: q.keys.control(q.instance, index)}
+func newDispatchLoop(q *Queue, p *partition, index int) *dispatchLoop {
+	return &dispatchLoop{q: q, p: p, index: index, control: q.keys.control(p.tag, q.instance, index),
+		changed: q.waiters.listen(index)}
 }
 
 func (l *dispatchLoop) setBlocked(b bool) {
@@ -39,24 +45,35 @@ func (l *dispatchLoop) setBlocked(b bool) {
 	l.mu.Unlock()
 }
 
+func (l *dispatchLoop) isBlocked() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.blocked
+}
+
+// controlTTL bounds the life of a control list: a process killed with a
+// token in it leaves nothing for long.
+const controlTTL = 60 * time.Second
+
 // interrupt ends the loop's current BLPOP so it listens to a new topic.
 func (l *dispatchLoop) interrupt() {
-	l.mu.Lock()
-	blocked := l.blocked
-	l.mu.Unlock()
-	if !blocked {
+	if !l.isBlocked() {
 		return // it reads its topics again before it blocks
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = l.q.withConn(ctx, func(c redis.Conn) error {
+	_ = l.q.withConn(ctx, l.control, func(c redis.Conn) error {
 		if err := c.Send("LPUSH", l.control, "1"); err != nil {
 			return err
 		}
-		// A process killed with a token here leaves nothing for long.
-		_, err := c.Do("PEXPIRE", l.control, 60000)
+		_, err := c.Do("PEXPIRE", l.control, controlTTL.Milliseconds())
 		return err
 	})
+}
+
+// listensForHooks reports whether the loop waits for callback tokens now.
+func (l *dispatchLoop) listensForHooks() bool {
+	return l.index == 0 && l.q.waiters.hooksWanted()
 }
 
 func (l *dispatchLoop) run(ctx context.Context) {
@@ -68,37 +85,43 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			conn.Close()
 		}
 	}()
-	changed := l.q.waiters.changed[l.index]
 	wait := l.q.opts.ScanInterval
 	backoff := 100 * time.Millisecond
+	hookKey := l.p.keyAt(keyHookWake)
+	wakePrefix := l.q.keys.wakePrefix(l.p.tag)
 	for ctx.Err() == nil {
 		l.setBlocked(true)
 		topics := l.q.waiters.topicsOf(l.index)
-		if len(topics) == 0 {
+		hooks := l.listensForHooks()
+		if len(topics) == 0 && !hooks {
 			l.setBlocked(false)
-			health.idle()
+			l.q.health.ok(loopDispatcher)
 			select {
-			case <-changed:
+			case <-l.changed:
 			case <-ctx.Done():
+			case <-time.After(wait):
 			}
 			health.ok()
 			continue
 		}
 		if conn == nil {
-			c, err := l.q.opts.Dial()
+			c, err := l.q.rdb.Dial(l.control)
 			if err != nil {
 				l.setBlocked(false)
 				l.q.noteRedis(err)
-				health.failed("BLPOP", fmt.Errorf("%w: %w", ErrUnavailable, err))
-				l.sleep(ctx, backoff)
+				l.q.health.failed(loopDispatcher, "BLPOP", err)
+				sleepCtx(ctx, backoff)
 				backoff = min(backoff*2, wait)
 				continue
 			}
 			conn = c
 		}
-		args := make([]any, 0, len(topics)+2)
+		args := make([]any, 0, len(topics)+3)
 		for _, t := range topics {
-			args = append(args, l.q.keys.wake(t))
+			args = append(args, l.q.keys.wake(l.p.tag, t))
+		}
+		if hooks {
+			args = append(args, hookKey)
 		}
 		args = append(args, l.control, int(dispatchBlock(l.q.opts)/time.Second))
 		reply, err := redis.Strings(redis.DoWithTimeout(conn, wait+5*time.Second, "BLPOP", args...))
@@ -108,66 +131,35 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			// Timed out: the safety net. Try every topic, in case a token was
 			// lost with a killed process or a dropped connection.
 			l.q.noteRedis(nil)
-			err = l.serveEvery(ctx, topics, health)
+			l.q.health.ok(loopDispatcher)
+			for _, t := range topics {
+				for l.serve(ctx, t) {
+				}
+			}
+			if hooks {
+				l.q.waiters.hookToken()
+			}
 		case err != nil:
+			// Also a BLPOP unblocked because its slot moved (MOVED): the
+			// next Dial finds the new owner.
 			conn.Close()
 			conn = nil
-			loopErr := blockingError(err)
-			if errors.Is(loopErr, ErrUnavailable) {
-				l.q.noteRedis(err)
-			} else {
-				l.q.noteRedis(nil) // Redis answered, with an error
-			}
-			health.failed("BLPOP", loopErr)
-			l.sleep(ctx, backoff)
+			l.q.noteRedis(err)
+			l.q.health.failed(loopDispatcher, "BLPOP", err)
+			sleepCtx(ctx, backoff)
 			backoff = min(backoff*2, wait)
 			continue
 		default:
 			backoff = 100 * time.Millisecond
 			l.q.noteRedis(nil)
-			if reply[0] != l.control {
-				_, err = l.serve(ctx, strings.TrimPrefix(reply[0], l.q.keys.wakePrefix()))
+			l.q.health.ok(loopDispatcher)
+			switch key := reply[0]; {
+			case key == l.control:
+			case key == hookKey:
+				l.q.waiters.hookToken()
+			default:
+				l.serve(ctx, strings.TrimPrefix(key, wakePrefix))
 			}
-		}
-		if err != nil {
-			health.failed(l.q.scripts.name(l.q.scripts.claim), err)
-			continue
-		}
-		health.ok()
-	}
-}
-
-// dispatchBlock is how long one BLPOP of a dispatch loop blocks: the scan
-// interval, in whole seconds, at least one.
-func dispatchBlock(opts Options) time.Duration {
-	return max(opts.ScanInterval.Truncate(time.Second), time.Second)
-}
-
-// blockingError is err, of a loop's own connection, wrapped in
-// ErrUnavailable unless Redis answered it (as withConn does for pooled
-// ones).
-func blockingError(err error) error {
-	var redisErr redis.Error
-	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
-
-// serveEvery serves every topic until none hands out a job. Each serve
-// that handed some out counts as a round, so that a long burst does not
-// make the loop look stuck.
-func (l *dispatchLoop) serveEvery(ctx context.Context, topics []string, health *loopRun) error {
-	for _, t := range topics {
-		for {
-			served, err := l.serve(ctx, t)
-			if err != nil {
-				return err
-			}
-			if !served {
-				break
-			}
-			health.ok()
 		}
 	}
 	return nil
@@ -178,13 +170,13 @@ func (l *dispatchLoop) serveEvery(ctx context.Context, topics []string, health *
 // remaining tokens bring the loop back to it.
 const serveRounds = 10
 
-// serve claims jobs for the waiters of topic, first come first served. A
-// token says a job is ready, not how many: serve claims for the first
-// waiter, and while every waiter of a round got all it asked for (more may
-// be ready, as in a burst), for twice as many waiters in the next round,
-// all in one script call. It reports whether a job was handed out, and the
-// error of a claim that failed.
-func (l *dispatchLoop) serve(ctx context.Context, topic string) (bool, error) {
+// serve claims jobs of the partition for the waiters of topic, first come
+// first served. A token says a job is ready, not how many: serve claims
+// for the first waiter, and while every waiter of a round got all it asked
+// for (more may be ready, as in a burst), for twice as many waiters in the
+// next round, all in one script call. It reports whether a job was handed
+// out.
+func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
 	served := false
 	for round, jobs := 0, 1; round < serveRounds; round, jobs = round+1, min(2*jobs, maxClaimsPerCall) {
 		ws := l.q.waiters.checkout(topic, jobs)
@@ -194,7 +186,7 @@ func (l *dispatchLoop) serve(ctx context.Context, topic string) (bool, error) {
 			}
 			return served, nil
 		}
-		all, some, err := l.claimFor(topic, ws)
+		all, some := l.claimFor(ws)
 		served = served || some
 		if err != nil || !all || ctx.Err() != nil {
 			return served, err
@@ -208,25 +200,23 @@ func (l *dispatchLoop) serve(ctx context.Context, topic string) (bool, error) {
 func (l *dispatchLoop) returnToken(topic string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = l.q.withConn(ctx, func(c redis.Conn) error {
-		_, err := c.Do("RPUSH", l.q.keys.wake(topic), "1")
-		return err
-	})
+	_, _ = l.q.call(ctx, l.p, l.q.scripts.signal, []string{topic}, 1)
 }
 
-// claimFor runs one claim for checked-out waiters and hands each its jobs.
-// Those left empty-handed queue again at the front, in their order. all
-// reports whether every waiter got as many jobs as it asked for; some,
-// whether any got one; err, why the claim failed.
-func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool, err error) {
+// claimFor runs one claim on the partition for checked-out waiters and
+// hands each its jobs. Those left empty-handed queue again at the front,
+// in their order. all reports whether every waiter got as many jobs as it
+// asked for; some, whether any got one.
+func (l *dispatchLoop) claimFor(ws []*waiter) (all, some bool) {
 	calls := make([]claimCall, len(ws))
 	for i, w := range ws {
 		calls[i] = claimCall{topics: w.topics, count: w.count}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	results, err := l.q.execClaims(ctx, calls)
+	results, err := l.q.claimOn(ctx, l.p, calls)
 	if err != nil {
+		l.q.health.failed(loopDispatcher, "claim.lua", err)
 		results = make([][]*Delivery, len(ws))
 	}
 	all = true
@@ -240,14 +230,13 @@ func (l *dispatchLoop) claimFor(topic string, ws []*waiter) (all, some bool, err
 			l.q.wakeLoops(l.q.waiters.checkin(w, err))
 			continue
 		}
-		l.q.noteDelivered(ds)
 		w.result <- popResult{deliveries: ds}
 		some = true
 	}
 	return all, some, err
 }
 
-func (l *dispatchLoop) sleep(ctx context.Context, d time.Duration) {
+func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

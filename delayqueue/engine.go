@@ -15,22 +15,33 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
+// Redis reaches the server that holds a key: the one Redis, or the
+// cluster primary serving the key's hash slot. *redisconn.Client
+// implements it.
+type Redis interface {
+	// Do runs f on a pooled connection to the server holding key,
+	// following cluster redirections.
+	Do(ctx context.Context, key string, f func(redis.Conn) error) error
+	// Dial opens a connection of its own to the server holding key, for a
+	// blocking loop.
+	Dial(key string) (redis.Conn, error)
+}
+
 // Options configure a Queue.
 type Options struct {
-	BucketSize   int           // number of bucket ZSETs
-	BucketName   string        // template with one %d; buckets are numbered 1..BucketSize
-	QueueName    string        // template with one %s (the topic): the ready lists
-	KeyPrefix    string        // namespace for job hashes and other keys; default "dq_"
-	BlockTimeout time.Duration // the longest a Pop may hold (queue_block_timeout)
+	// BucketSize is the number of partitions (bucket_size). It must match
+	// the count the data was written with (see ResolvePartitions).
+	BucketSize int
+	BucketName string        // template with one %d: the partitions' tags, and the original's buckets
+	QueueName  string        // template with one %s: the original's ready lists, for the import
+	KeyPrefix  string        // namespace of the engine's keys; default "dq_"
+	// BlockTimeout is the longest a Pop may hold (queue_block_timeout).
+	BlockTimeout time.Duration
 	ScanInterval time.Duration // safety-net scan period; 0 means 1s
-	// Dial opens the dedicated connections of the blocking dispatch loops.
-	Dial func() (redis.Conn, error)
-	// Dispatchers is the number of blocking dispatch loops; 0 means 4.
-	Dispatchers int
-	// MoveBatch bounds the ids one move-due script call moves; 0 means 500.
+	// MoveBatch bounds the jobs one move-due script call handles; 0 means 500.
 	MoveBatch int
-	// DeadMaxPerTopic caps each topic's dead letters (the oldest are
-	// dropped); 0 means 10000.
+	// DeadMaxPerTopic caps each topic's dead letters, shared out over the
+	// partitions (the oldest are dropped); 0 means 10000.
 	DeadMaxPerTopic int
 	// DeadTTL is how long dead letters are kept; 0 means 7 days.
 	DeadTTL time.Duration
@@ -43,16 +54,29 @@ type Options struct {
 	MaxHeldPops int
 	// Observer receives events for metrics; nil ignores them.
 	Observer Observer
+	// Cluster says the data is on a Redis Cluster: the layouts older than
+	// partitions, which never ran on one, are not looked for.
+	Cluster bool
+	// CheckKeys makes every partition script fail when it touches a key it
+	// was not given, or a key of another hash slot (for tests: see
+	// scripts/check.lua).
+	CheckKeys bool
 }
 
 const (
 	defaultKeyPrefix   = "dq_"
-	defaultDispatchers = 4
 	defaultMoveBatch   = 500
 	defaultMaxHeldPops = 20000
+	// DefaultBlockTimeout is queue_block_timeout's default, as in the
+	// original.
+	DefaultBlockTimeout = 178 * time.Second
+	// loopsPerPartitionTotal is the blocking dispatch loops a process
+	// aims for in all; each partition gets at least one (see
+	// loopsPerPartition).
+	loopsPerPartitionTotal = 4
 	// singleSlots and batchSlots bound the script calls of one kind in
-	// flight at once, for calls of one item and for larger ones (see
-	// lanes); calls arriving meanwhile share the next one.
+	// flight at once per partition, for calls of one item and for larger
+	// ones (see lanes); calls arriving meanwhile share the next one.
 	singleSlots = 2
 	batchSlots  = 2
 	// maxClaimsPerCall bounds the jobs one shared claim script may take.
@@ -60,18 +84,17 @@ const (
 	// Dead letters kept per topic, and for how long.
 	defaultDeadMaxPerTopic = 10000
 	defaultDeadTTL         = 7 * 24 * time.Hour
-	// wakeTokenCap bounds a topic's wake-up list: tokens only wake waiters,
-	// so more than there can be waiters is waste.
+	// wakeTokenCap bounds a wake-up list: tokens only wake waiters, so
+	// more than there can be waiters is waste.
 	wakeTokenCap = 10000
-	// maxStaleSkips bounds the stale ready-list entries one claim drops.
-	maxStaleSkips = 1000
 )
 
-// Queue is the delay-queue engine on one Redis database. Several Queues (in
-// one or several processes) may share the database: every state change is a
-// single atomic script.
+// Queue is the delay-queue engine on one Redis (a server, a Sentinel-named
+// primary or a cluster). Several Queues, in one or several processes, may
+// share the data: every state change is a single atomic script on one
+// partition.
 type Queue struct {
-	pool    *redis.Pool
+	rdb     Redis
 	opts    Options
 	log     *slog.Logger
 	keys    keySchema
@@ -79,39 +102,38 @@ type Queue struct {
 	// argvHeader starts every script call's ARGV (see scriptHeader).
 	argvHeader []any
 	instance   string
+	obs        Observer
 
-	scanners []*scanner
-	waiters  *waiterRegistry
-	loops    []*dispatchLoop
+	partitions []*partition
+	waiters    *waiterRegistry
+	health     *loopHealth
+	// nextClaim rotates the partition a Pop tries first.
+	nextClaim atomic.Uint32
 
+	// ready is closed once the migrations are done and the loops run;
+	// until then the job methods answer ErrStarting.
+	ready       chan struct{}
+	readyOnce   sync.Once
 	stopOnce    sync.Once
 	stopWaiting chan struct{}
 	redisDown   atomic.Bool
 	held        atomic.Int64
-	obs         Observer
-	health      *loopMonitor
-
-	// Concurrent pushes, claims, finishes and deletes share script calls.
-	pushes   *lanes[pushCall, pushReply]
-	claims   *lanes[claimCall, []*Delivery]
-	finishes *lanes[[]any, []removal]
-	deletes  *lanes[[]any, []removal]
 }
 
-// New builds a Queue. It does not touch Redis; Run starts the background
-// work.
-func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
+// New builds a Queue. It does not touch Redis; Run migrates older layouts
+// and starts the background work.
+func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 	if opts.BucketSize < 1 {
 		return nil, fmt.Errorf("bucket size must be at least 1, got %d", opts.BucketSize)
+	}
+	if strings.ContainsAny(opts.BucketName, "{}") {
+		return nil, fmt.Errorf("bucket name %q: must not contain { or }: it becomes the partitions' hash tags", opts.BucketName)
 	}
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = defaultKeyPrefix
 	}
 	if opts.ScanInterval <= 0 {
 		opts.ScanInterval = time.Second
-	}
-	if opts.Dispatchers <= 0 {
-		opts.Dispatchers = defaultDispatchers
 	}
 	if opts.MoveBatch <= 0 {
 		opts.MoveBatch = defaultMoveBatch
@@ -132,10 +154,7 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		opts.Observer = NopObserver{}
 	}
 	if opts.BlockTimeout <= 0 {
-		opts.BlockTimeout = 178 * time.Second
-	}
-	if opts.Dial == nil {
-		opts.Dial = pool.Dial
+		opts.BlockTimeout = DefaultBlockTimeout
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -144,7 +163,7 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := loadScripts()
+	sc, err := loadScripts(opts.CheckKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -153,58 +172,66 @@ func New(pool *redis.Pool, opts Options, logger *slog.Logger) (*Queue, error) {
 		return nil, fmt.Errorf("instance id: %w", err)
 	}
 	q := &Queue{
-		pool:        pool,
+		rdb:         rdb,
 		opts:        opts,
 		log:         logger,
 		keys:        keys,
 		scripts:     sc,
-		argvHeader:  scriptHeader(keys, opts),
+		argvHeader:  scriptHeader(opts),
 		instance:    hex.EncodeToString(idBytes[:]),
-		stopWaiting: make(chan struct{}),
 		obs:         opts.Observer,
+		ready:       make(chan struct{}),
+		stopWaiting: make(chan struct{}),
 	}
-	q.health = newLoopMonitor(logger, opts.Observer, time.Now, loopKinds(opts)...)
-	q.pushes = newLanes(MaxPushBatchJobs, func(c pushCall) int { return c.jobs }, q.execPushes)
-	q.claims = newLanes(maxClaimsPerCall, func(c claimCall) int { return c.count }, q.execClaims)
-	idCount := func(ids []any) int { return len(ids) }
-	q.finishes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(sc.finish))
-	q.deletes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(sc.remove))
-	for i := 1; i <= opts.BucketSize; i++ {
-		q.scanners = append(q.scanners, newScanner(q, i))
-	}
-	q.waiters = newWaiterRegistry(opts.Dispatchers)
-	for i := 0; i < opts.Dispatchers; i++ {
-		q.loops = append(q.loops, newDispatchLoop(q, i))
+	loops := loopsPerPartition(opts.BucketSize)
+	q.waiters = newWaiterRegistry(loops)
+	q.health = newLoopHealth(logger, q.obs)
+	for n := 1; n <= opts.BucketSize; n++ {
+		q.partitions = append(q.partitions, newPartition(q, n, loops))
 	}
 	return q, nil
 }
 
-// Run loads the scripts and runs the bucket scanners and the dispatch loops
-// until ctx is done. It returns nil after a clean stop.
+// loopsPerPartition is the blocking dispatch loops each partition gets:
+// about loopsPerPartitionTotal in all, and at least one each.
+func loopsPerPartition(partitions int) int {
+	return max(1, (loopsPerPartitionTotal+partitions-1)/partitions)
+}
+
+// Run migrates the jobs older layouts left (the original server's, and
+// this server's before partitions), records the layout, then runs the
+// scanners, the dispatch loops and the dead-letter sweeper until ctx is
+// done. Until the migration is done, the job methods answer ErrStarting.
+// It returns nil after a clean stop, and the error that stopped the
+// migration otherwise.
 func (q *Queue) Run(ctx context.Context) error {
-	if err := q.withConn(ctx, func(c redis.Conn) error { return q.scripts.loadAll(c) }); err != nil {
-		q.log.Warn("could not preload scripts; they will be sent on first use", "err", err)
+	if err := q.prepare(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
+	q.readyOnce.Do(func() { close(q.ready) })
 	var wg sync.WaitGroup
-	for _, s := range q.scanners {
+	for _, p := range q.partitions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.run(ctx)
+			p.scanner.run(ctx)
 		}()
+		for _, l := range p.loops {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.run(ctx)
+			}()
+		}
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		q.sweepDeadLetters(ctx)
 	}()
-	for _, l := range q.loops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.run(ctx)
-		}()
-	}
 	// Blocked loops would see ctx only when their BLPOP times out: wake
 	// them, so a shutdown does not wait for it.
 	wg.Add(1)
@@ -212,17 +239,50 @@ func (q *Queue) Run(ctx context.Context) error {
 		defer wg.Done()
 		<-ctx.Done()
 		var interrupts sync.WaitGroup
-		for _, l := range q.loops {
-			interrupts.Add(1)
-			go func() {
-				defer interrupts.Done()
-				l.interrupt()
-			}()
+		for _, p := range q.partitions {
+			for _, l := range p.loops {
+				interrupts.Add(1)
+				go func() {
+					defer interrupts.Done()
+					l.interrupt()
+				}()
+			}
 		}
 		interrupts.Wait()
 	}()
 	wg.Wait()
 	return nil
+}
+
+// prepare loads the scripts and brings older layouts' jobs over.
+func (q *Queue) prepare(ctx context.Context) error {
+	for _, p := range q.partitions {
+		if err := q.withConn(ctx, p.key(), func(c redis.Conn) error { return loadAll(c, q.scripts.partitionScripts()) }); err != nil {
+			q.log.Warn("could not preload scripts; they will be sent on first use", "partition", p.tag, "err", err)
+			break
+		}
+	}
+	return q.migrate(ctx)
+}
+
+// loadAll sends scripts to Redis, so the first calls need no EVAL.
+func loadAll(c redis.Conn, all []*redis.Script) error {
+	for _, sc := range all {
+		if err := sc.Load(c); err != nil {
+			return fmt.Errorf("load script: %w", err)
+		}
+	}
+	return nil
+}
+
+// started returns ErrStarting until Run has finished the migrations.
+func (q *Queue) started() error {
+	select {
+	case <-q.ready:
+		return nil
+	default:
+		return ErrStarting
+	}
 }
 
 // StopWaiting answers every held Pop at once with no job, and makes later
@@ -231,46 +291,36 @@ func (q *Queue) StopWaiting() {
 	q.stopOnce.Do(func() { close(q.stopWaiting) })
 }
 
-// Ping checks that Redis answers.
-func (q *Queue) Ping(ctx context.Context) error {
-	return q.withConn(ctx, func(c redis.Conn) error {
-		_, err := c.Do("PING")
-		return err
-	})
-}
+// Partitions is the number of partitions the queue spreads jobs over.
+func (q *Queue) Partitions() int { return len(q.partitions) }
 
-// withConn runs f on a pooled connection and records whether Redis answered.
-// Failures to reach Redis come back wrapped in ErrUnavailable.
-func (q *Queue) withConn(ctx context.Context, f func(redis.Conn) error) error {
-	c, err := q.pool.GetContext(ctx)
-	if err != nil {
-		q.noteRedis(err)
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+// withConn runs f on a pooled connection to the server holding key and
+// records whether Redis answered. Failures to reach Redis come back
+// wrapped in ErrUnavailable.
+func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) error) error {
+	err := q.rdb.Do(ctx, key, f)
+	if err == nil {
+		q.noteRedis(nil)
+		return nil
 	}
-	err = f(c)
-	c.Close()
-	if err != nil {
-		var redisErr redis.Error
-		if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
-			// Redis answered, with an error: a bug or a misuse, not an outage.
-			q.noteRedis(nil)
-			return err
-		}
-		q.noteRedis(err)
-		if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) || errors.Is(err, context.Canceled) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
+		// Redis answered, with an error: a bug or a misuse, not an outage.
+		q.noteRedis(nil)
+		return err
 	}
-	q.noteRedis(nil)
-	return nil
+	q.noteRedis(err)
+	if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // transientRedisError tells the error replies that mean "Redis can't serve
-// now" (loading its data, a replica after a failover, a busy script) from
-// real errors.
+// now" (loading its data, a replica after a failover, a busy script, a
+// cluster reconfiguring) from real errors.
 func transientRedisError(err redis.Error) bool {
-	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "TRYAGAIN", "CLUSTERDOWN"} {
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK"} {
 		if strings.HasPrefix(string(err), p) {
 			return true
 		}
@@ -293,4 +343,43 @@ func (q *Queue) noteRedis(err error) {
 	if q.redisDown.CompareAndSwap(false, true) {
 		q.log.Error("redis is unreachable", "err", err)
 	}
+}
+
+// Ping checks that Redis answers, on every partition's server.
+func (q *Queue) Ping(ctx context.Context) error {
+	return q.eachPartition(ctx, func(p *partition) error {
+		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
+			_, err := c.Do("PING")
+			return err
+		})
+	})
+}
+
+// eachPartition runs f for every partition, at once, and returns the first
+// error.
+func (q *Queue) eachPartition(ctx context.Context, f func(p *partition) error) error {
+	if len(q.partitions) == 1 {
+		return f(q.partitions[0])
+	}
+	errs := make([]error, len(q.partitions))
+	var wg sync.WaitGroup
+	for i, p := range q.partitions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(p)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// partitionOf is the partition holding the job with id.
+func (q *Queue) partitionOf(id string) *partition {
+	return q.partitions[partitionNumber(id, len(q.partitions))-1]
 }

@@ -3,9 +3,11 @@ package delayqueue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -17,73 +19,138 @@ const MaxIDsPerCall = 1000
 // Finish removes a job for good: no more deliveries. An unknown id is not
 // an error; a dead-lettered job gives ErrDead.
 func (q *Queue) Finish(ctx context.Context, id string) error {
-	dead, err := q.FinishBatch(ctx, []string{id})
+	statuses, err := q.FinishBatch(ctx, []string{id})
 	if err != nil {
 		return err
 	}
-	if len(dead) > 0 {
+	if statuses[0] == RemoveDead {
 		return fmt.Errorf("finish %s: %w", id, ErrDead)
 	}
 	return nil
 }
 
-// FinishBatch finishes every id it can and returns the ids it left alone
-// because they are dead-lettered.
-func (q *Queue) FinishBatch(ctx context.Context, ids []string) (dead []string, err error) {
-	statuses, err := q.removeJobs(ctx, "finish", q.finishes, ids, q.obs.JobsFinished)
-	if err != nil {
-		return nil, err
-	}
-	for i, s := range statuses {
-		if s < 0 {
-			dead = append(dead, ids[i])
-		}
-	}
-	return dead, nil
+// RemoveStatus says what a finish or delete did to one id.
+type RemoveStatus int
+
+// Removal outcomes.
+const (
+	RemoveUnknown RemoveStatus = iota // no such job (finished or deleted already)
+	Removed                           // finished or deleted
+	RemoveDead                        // finish only: the job is dead-lettered and was left alone
+	RemoveFailed                      // not handled: its partition could not be reached (see ErrPartial)
+)
+
+// FinishBatch finishes every id it can and returns each id's outcome. A
+// dead-lettered job is left alone (RemoveDead). Ids of several partitions
+// make one call each: when some fail, the error wraps ErrPartial and the
+// outcomes say which ids were handled.
+func (q *Queue) FinishBatch(ctx context.Context, ids []string) ([]RemoveStatus, error) {
+	return q.removeJobs(ctx, "finish", finishLanes, ids, q.obs.JobsFinished)
 }
 
 // Delete removes a job in any state, dead letters included. An unknown id
 // is not an error.
 func (q *Queue) Delete(ctx context.Context, id string) error {
-	_, err := q.removeJobs(ctx, "delete", q.deletes, []string{id}, q.obs.JobsDeleted)
+	_, err := q.removeJobs(ctx, "delete", deleteLanes, []string{id}, q.obs.JobsDeleted)
 	return err
 }
 
-// DeleteBatch deletes ids and returns how many existed.
-func (q *Queue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
-	statuses, err := q.removeJobs(ctx, "delete", q.deletes, ids, q.obs.JobsDeleted)
-	n := 0
-	for _, s := range statuses {
-		n += int(s)
-	}
-	return n, err
+// DeleteBatch deletes ids and returns each id's outcome, as FinishBatch.
+func (q *Queue) DeleteBatch(ctx context.Context, ids []string) ([]RemoveStatus, error) {
+	return q.removeJobs(ctx, "delete", deleteLanes, ids, q.obs.JobsDeleted)
 }
 
-// removeJobs runs finish.lua or delete.lua (through its coalescer) on ids
-// and returns each id's status; observe counts the jobs removed per topic.
-func (q *Queue) removeJobs(ctx context.Context, op string, remover *lanes[[]any, []removal], ids []string, observe func(string, int)) ([]int64, error) {
+// removeJobs runs finish.lua or delete.lua (through the coalescers of
+// the ids' partitions) and returns each id's status; observe counts the
+// jobs removed per topic. Ids of several partitions make one call each, at
+// once; when some fail, the error wraps ErrPartial and the others' ids
+// were removed (removing again is harmless).
+func (q *Queue) removeJobs(ctx context.Context, op string, lanesOf func(*partition) *lanes[[]any, []removal], ids []string, observe func(string, int)) ([]RemoveStatus, error) {
 	if len(ids) == 0 || len(ids) > MaxIDsPerCall {
 		return nil, fmt.Errorf("%s: %w: 1 to %d ids are needed", op, ErrInvalidJob, MaxIDsPerCall)
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
+	for _, id := range ids {
 		if id == "" {
 			return nil, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
 		}
-		args[i] = id
 	}
-	reply, err := remover.do(ctx, args)
-	if err != nil {
+	if err := q.started(); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
 	}
-	statuses := make([]int64, 0, len(ids))
-	for _, r := range reply {
-		statuses = append(statuses, r.status)
-		if r.status == 1 {
-			observe(r.topic, 1)
+	statuses := make([]RemoveStatus, len(ids))
+	if len(ids) == 1 {
+		reply, err := lanesOf(q.partitionOf(ids[0])).do(ctx, []any{ids[0]})
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
+		}
+		q.noteRemoved(reply, statuses, []int{0}, observe)
+		return statuses, nil
+	}
+	byPartition := make(map[*partition][]int)
+	var order []*partition
+	for i, id := range ids {
+		p := q.partitionOf(id)
+		if _, ok := byPartition[p]; !ok {
+			order = append(order, p)
+		}
+		byPartition[p] = append(byPartition[p], i)
+	}
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for k, p := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			idx := byPartition[p]
+			args := make([]any, len(idx))
+			for j, i := range idx {
+				args[j] = ids[i]
+			}
+			reply, err := lanesOf(p).do(ctx, args)
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			q.noteRemoved(reply, statuses, idx, observe)
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	var firstErr error
+	for k, err := range errs {
+		if err != nil {
+			for _, i := range byPartition[order[k]] {
+				statuses[i] = RemoveFailed
+			}
+			failed += len(byPartition[order[k]])
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
 	}
+	switch {
+	case failed == len(ids):
+		return nil, fmt.Errorf("%s %s: %w", op, ids[0], firstErr)
+	case failed > 0:
+		return statuses, fmt.Errorf("%s: %w: %d of %d ids not handled: %w", op, ErrPartial, failed, len(ids), firstErr)
+	}
 	return statuses, nil
+}
+
+// noteRemoved copies a partition's removal statuses to their places in
+// statuses, and counts the removed jobs.
+func (q *Queue) noteRemoved(reply []removal, statuses []RemoveStatus, idx []int, observe func(string, int)) {
+	for j, r := range reply {
+		switch r.status {
+		case 1:
+			statuses[idx[j]] = Removed
+			observe(r.topic, 1)
+		case -1:
+			statuses[idx[j]] = RemoveDead
+		default:
+			statuses[idx[j]] = RemoveUnknown
+		}
+	}
 }
 
 // Release gives a reserved job back: that delivery ends as failed now, and
@@ -112,20 +179,21 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 	if id == "" {
 		return "", time.Time{}, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
 	}
-	reply, err := redis.Values(q.evalAck(ctx, script, nil, append([]any{id}, args...)...))
+	if err := q.started(); err != nil {
+		return "", time.Time{}, fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	p := q.partitionOf(id)
+	reply, err := redis.Values(q.callAck(ctx, p, script, nil, append([]any{id}, args...)...))
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
-	var (
-		status int
-		state  string
-		at     int64
-		topic  string
-	)
-	if len(reply) < 4 {
-		reply = append(reply, "")
+	if len(reply) < 3 {
+		return "", time.Time{}, fmt.Errorf("%s %s: short reply", op, id)
 	}
-	if _, err := redis.Scan(reply, &status, &state, &at, &topic); err != nil {
+	status, err1 := redis.Int(reply[0], nil)
+	state, err2 := redis.String(reply[1], nil)
+	at, err3 := redis.Int64(reply[2], nil)
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return "", time.Time{}, fmt.Errorf("%s %s: reply: %w", op, id, err)
 	}
 	switch status {
@@ -139,76 +207,121 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 	case -2:
 		return state, time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrStaleDelivery)
 	}
-	if state == StateDead {
-		q.obs.JobsDeadLettered(topic, 1)
+	if len(reply) > 4 {
+		// release.lua: the topic, then the topics it made ready to signal.
+		topic, _ := redis.String(reply[3], nil)
+		if state == StateDead {
+			q.obs.JobsDeadLettered(topic, 1)
+		}
+		if err := q.signalTopics(ctx, p, reply[4:]); err != nil {
+			// The change is made; held pops find the job at their next
+			// round instead of at once.
+			q.log.Warn("could not wake held pops for a released job", "job_id", id, "err", err)
+		}
 	}
 	return state, time.UnixMilli(at), nil
 }
 
 // Get returns the stored view of a job, or nil when there is no such job.
 func (q *Queue) Get(ctx context.Context, id string) (*JobInfo, error) {
-	var fields map[string]string
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		fields, err = redis.StringMap(c.Do("HGETALL", q.keys.job(id)))
-		return err
-	})
+	if err := q.started(); err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	infos, err := q.getJobs(ctx, q.partitionOf(id), []string{id})
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", id, err)
 	}
-	if len(fields) == 0 {
-		return nil, nil
-	}
-	return jobInfoFromFields(id, fields), nil
+	return infos[0], nil
 }
 
-func jobInfoFromFields(id string, fields map[string]string) *JobInfo {
+// getJobs reads jobs of partition p (get.lua); a missing one is nil.
+func (q *Queue) getJobs(ctx context.Context, p *partition, ids []string) ([]*JobInfo, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	reply, err := redis.Values(q.call(ctx, p, q.scripts.get, nil, args...))
+	if err != nil {
+		return nil, err
+	}
+	if len(reply) != len(ids) {
+		return nil, fmt.Errorf("get.lua: %d views for %d ids", len(reply), len(ids))
+	}
+	infos := make([]*JobInfo, len(ids))
+	for i, v := range reply {
+		fields, err := redis.Strings(v, nil)
+		if err != nil {
+			return nil, fmt.Errorf("get.lua: %w", err)
+		}
+		if len(fields) > 0 {
+			if infos[i], err = jobInfoFromView(fields); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return infos, nil
+}
+
+// jobView is the order of a job's fields in the scripts' views (view in
+// scripts/lib.lua).
+const (
+	viewID = iota
+	viewTopic
+	viewState
+	viewAttempts
+	viewDue
+	viewPosition
+	viewTTR
+	viewCreated
+	viewMaxAttempts
+	viewRetry
+	viewCallback
+	viewDeadReason
+	viewDeadAt
+	viewLastStatus
+	viewLastError
+	viewLastResponse
+	viewBody
+	viewFields
+)
+
+func jobInfoFromView(f []string) (*JobInfo, error) {
+	if len(f) != viewFields {
+		return nil, fmt.Errorf("job view of %d fields, want %d", len(f), viewFields)
+	}
 	info := &JobInfo{
-		ID:          id,
-		Topic:       fields["t"],
-		State:       fields["s"],
-		TTR:         time.Duration(atoi(fields["r"])) * time.Second,
-		Attempts:    int(atoi(fields["a"])),
-		DueAt:       time.UnixMilli(atoi(fields["d"])),
-		CreatedAt:   time.UnixMilli(atoi(fields["c"])),
-		Body:        bodyFromFields(fields),
-		MaxAttempts: int(atoi(fields["m"])),
-		DeadReason:  fields["dr"],
+		ID:          f[viewID],
+		Topic:       f[viewTopic],
+		State:       f[viewState],
+		TTR:         time.Duration(atoi(f[viewTTR])) * time.Second,
+		Attempts:    int(atoi(f[viewAttempts])),
+		DueAt:       time.UnixMilli(atoi(f[viewDue])),
+		CreatedAt:   time.UnixMilli(atoi(f[viewCreated])),
+		Body:        f[viewBody],
+		MaxAttempts: int(atoi(f[viewMaxAttempts])),
+		DeadReason:  f[viewDeadReason],
 	}
-	if l, ok := fields["l"]; ok {
-		info.LeaseUntil = time.UnixMilli(atoi(l))
+	switch info.State {
+	case StateReserved:
+		info.LeaseUntil = time.UnixMilli(atoi(f[viewPosition]))
+	case StateDead:
+		info.DeadAt = time.UnixMilli(atoi(f[viewDeadAt]))
 	}
-	if dt, ok := fields["dt"]; ok {
-		info.DeadAt = time.UnixMilli(atoi(dt))
-	}
-	if cb := fields["cb"]; cb != "" {
+	if cb := f[viewCallback]; cb != "" {
 		var c Callback
 		if json.Unmarshal([]byte(cb), &c) == nil {
 			info.Callback = &c
 		}
-		info.LastStatus = int(atoi(fields["ls"]))
-		info.LastError = fields["le"]
-		info.LastResponse = fields["lb"]
+		info.LastStatus = int(atoi(f[viewLastStatus]))
+		info.LastError = f[viewLastError]
+		info.LastResponse = f[viewLastResponse]
 	}
-	if rt := fields["rt"]; rt != "" {
+	if rt := f[viewRetry]; rt != "" {
 		for _, p := range strings.Split(rt, ",") {
 			info.Retry = append(info.Retry, int(atoi(p)))
 		}
 	}
-	return info
-}
-
-// bodyFromFields reassembles a body stored by the scripts' write_body.
-func bodyFromFields(fields map[string]string) string {
-	n := atoi(fields["n"])
-	if n < 0 {
-		return fields["b"]
-	}
-	var body []byte
-	for i := int64(1); i <= n; i++ {
-		body = append(body, fields["b"+strconv.FormatInt(i, 10)]...)
-	}
-	return string(body)
+	return info, nil
 }
 
 func atoi(s string) int64 {
@@ -230,9 +343,13 @@ type removal struct {
 	topic  string
 }
 
-// execRemovals runs the ids of several Finish or Delete calls (each an
-// []any of ids) in one script call.
-func (q *Queue) execRemovals(script *redis.Script) func(context.Context, [][]any) ([][]removal, error) {
+func finishLanes(p *partition) *lanes[[]any, []removal] { return p.finishes }
+
+func deleteLanes(p *partition) *lanes[[]any, []removal] { return p.deletes }
+
+// execRemovals runs the ids of several Finish or Delete calls to partition
+// p (each an []any of ids) in one script call.
+func (q *Queue) execRemovals(p *partition, script *redis.Script) func(context.Context, [][]any) ([][]removal, error) {
 	return func(ctx context.Context, calls [][]any) ([][]removal, error) {
 		n := 0
 		for _, c := range calls {
@@ -242,7 +359,7 @@ func (q *Queue) execRemovals(script *redis.Script) func(context.Context, [][]any
 		for _, c := range calls {
 			args = append(args, c...)
 		}
-		reply, err := redis.Values(q.evalAck(ctx, script, nil, args...))
+		reply, err := redis.Values(q.callAck(ctx, p, script, nil, args...))
 		if err != nil {
 			return nil, err
 		}

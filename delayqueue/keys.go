@@ -7,27 +7,40 @@ import (
 	"strings"
 )
 
-// keySchema builds every Redis key name the engine uses. Scripts receive
-// keys through KEYS, or, where they only learn a name inside Lua (the ready
-// list of a due job's topic), a prefix and suffix built here.
+// The key schema: every key name the engine uses is built here.
 //
-//	job hash:       <prefix>job:<id>        fields t s d r a c k l n b1..bn
-//	bucket:         bucket_name % i         ZSET id -> due or lease end, in ms
-//	ready list:     queue_name % topic      LIST of ids, oldest first
-//	wake-up list:   <prefix>wake:<topic>    LIST of tokens that wake waiters
-//	dispatcher:     <prefix>ctl:<instance>:<n>  LIST that interrupts a blocked loop
-//	dead letters:   <prefix>dead:<topic>    ZSET id -> time of death, in ms
-//	counters:       <prefix>count:<topic>   HASH state -> number of jobs
-//	topics:         <prefix>topics          SET of topics holding jobs
-//	dropped:        <prefix>dead_dropped    HASH topic -> dead letters dropped
+// Jobs live in partitions, the buckets of the Youzan design: a job's
+// partition comes from its id (crc32 of the id, modulo the partition
+// count), so every call about one id goes straight to it. Every key of a
+// partition starts with the partition's hash tag, so that Redis Cluster
+// keeps them in one slot and one script call can touch all of them:
 //
-// The scripts build the same names from the prefixes and suffixes passed in
-// their ARGV header (scripts/lib.lua); the two must agree.
+//	{tag}<prefix>jobs        HASH id -> job record (scripts/lib.lua)
+//	{tag}<prefix>ready       ZSET "topic,<position>,id": ready jobs per topic
+//	{tag}<prefix>delayed     ZSET "topic,<due ms>,id"
+//	{tag}<prefix>reserved    ZSET "topic,<lease end ms>,id"
+//	{tag}<prefix>dead        ZSET "topic,<death ms>,id"
+//	{tag}<prefix>hooks       ZSET "<position>,id": ready webhook jobs
+//	{tag}<prefix>timers      ZSET topic -> when the scanner must look again
+//	{tag}<prefix>counts      HASH "<state>,<topic>" -> jobs; dropped dead letters
+//	{tag}<prefix>bodies      HASH id -> body, for long bodies
+//	{tag}<prefix>hookwake    LIST tokens that wake the webhook dispatchers
+//	{tag}<prefix>wake:<topic>          LIST tokens that wake held pops
+//	{tag}<prefix>ctl:<instance>:<loop> LIST that interrupts a blocked loop
+//
+// The tag is the partition's bucket name (bucket_name with its number),
+// with a suffix when one is needed to place the partition's slot (see
+// partitionTag). The tag comes first, so no topic or id can change a key's
+// slot. One key is not a partition's: <prefix>layout, the partition count
+// the data was written with.
+//
+// queue_name and bucket_name without the tag still name the keys of the
+// layouts the engine migrates from: the ready lists and bucket ZSETs of
+// ouqiang/delay-queue and of this server's versions before partitions.
 type keySchema struct {
 	prefix                     string
 	bucketPrefix, bucketSuffix string
 	readyPrefix, readySuffix   string
-	bucketCount                int
 }
 
 // splitTemplate cuts a template with exactly one verb (%d or %s) into the
@@ -41,7 +54,7 @@ func splitTemplate(tmpl, verb string) (string, string, error) {
 }
 
 func newKeySchema(opts Options) (keySchema, error) {
-	k := keySchema{prefix: opts.KeyPrefix, bucketCount: opts.BucketSize}
+	k := keySchema{prefix: opts.KeyPrefix}
 	var err error
 	if k.bucketPrefix, k.bucketSuffix, err = splitTemplate(opts.BucketName, "%d"); err != nil {
 		return k, err
@@ -52,14 +65,10 @@ func newKeySchema(opts Options) (keySchema, error) {
 	return k, nil
 }
 
-func (k keySchema) job(id string) string { return k.prefix + "job:" + id }
-
-func (k keySchema) jobPrefix() string { return k.prefix + "job:" }
-
-// bucketNumber spreads ids over the buckets; the same id always lands in
-// the same bucket, so a re-push overwrites its own entry.
-func (k keySchema) bucketNumber(id string) int {
-	return int(checksumIEEE(id)%uint32(k.bucketCount)) + 1
+// partitionNumber spreads ids over n partitions, numbered from 1; the same
+// id always lands in the same one, so a re-push replaces its own job.
+func partitionNumber(id string, n int) int {
+	return int(checksumIEEE(id)%uint32(n)) + 1
 }
 
 // checksumIEEE is crc32.ChecksumIEEE of the string's bytes, without
@@ -72,24 +81,120 @@ func checksumIEEE(s string) uint32 {
 	return ^crc
 }
 
-func (k keySchema) bucket(n int) string {
+// bucketName is bucket_name with the number n: the original's bucket ZSET,
+// and the text of partition n's tag.
+func (k keySchema) bucketName(n int) string {
 	return k.bucketPrefix + strconv.Itoa(n) + k.bucketSuffix
 }
 
-func (k keySchema) ready(topic string) string { return k.readyPrefix + topic + k.readySuffix }
+// slotCount is Redis Cluster's number of hash slots.
+const slotCount = 16384
 
-func (k keySchema) wakePrefix() string { return k.prefix + "wake:" }
-
-func (k keySchema) wake(topic string) string { return k.wakePrefix() + topic }
-
-func (k keySchema) dead(topic string) string { return k.prefix + "dead:" + topic }
-
-func (k keySchema) count(topic string) string { return k.prefix + "count:" + topic }
-
-func (k keySchema) topics() string { return k.prefix + "topics" }
-
-func (k keySchema) deadDropped() string { return k.prefix + "dead_dropped" }
-
-func (k keySchema) control(instance string, loop int) string {
-	return k.prefix + "ctl:" + instance + ":" + strconv.Itoa(loop)
+// partitionTag is the hash tag of partition n of count: "{" + the bucket
+// name + "}", or, when that name's slot is not in the n-th of count equal
+// ranges of the slot space, the bucket name with the first suffix ".1",
+// ".2"... that puts it there (in the middle half of the range, so that
+// rounding in a cluster's slot split cannot move it out). A cluster whose
+// primaries split the slots evenly, as redis-cli --cluster create does,
+// then holds count/primaries partitions on each primary when the
+// primaries divide count.
+func (k keySchema) partitionTag(n, count int) string {
+	name := k.bucketName(n)
+	width := slotCount / count
+	lo := (n-1)*slotCount/count + width/4
+	hi := (n-1)*slotCount/count + width - width/4
+	candidate := name
+	for i := 1; ; i++ {
+		if s := keySlot("{" + candidate + "}"); s >= lo && s < hi {
+			return "{" + candidate + "}"
+		}
+		candidate = name + "." + strconv.Itoa(i)
+	}
 }
+
+// keySlot is the Redis Cluster hash slot of key: CRC16 of its hash tag
+// (the text between the first { and the next }, when not empty) or of the
+// whole key.
+func keySlot(key string) int {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			key = key[open+1 : open+1+end]
+		}
+	}
+	return int(crc16(key)) % slotCount
+}
+
+// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster's key slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for j := 0; j < 8; j++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// partitionKeyNames are the suffixes of a partition's keys, in the order
+// of the scripts' KEYS[1..10] (scripts/lib.lua).
+var partitionKeyNames = [...]string{"jobs", "ready", "delayed", "reserved", "dead", "hooks", "timers", "counts", "bodies", "hookwake"}
+
+// Indexes into a partition's keys.
+const (
+	keyJobs = iota
+	keyReady
+	keyDelayed
+	keyReserved
+	keyDead
+	keyHooks
+	keyTimers
+	keyCounts
+	keyBodies
+	keyHookWake
+)
+
+// partitionKeys are the names of partition tag's keys, in script order.
+func (k keySchema) partitionKeys(tag string) []string {
+	keys := make([]string, len(partitionKeyNames))
+	for i, name := range partitionKeyNames {
+		keys[i] = tag + k.prefix + name
+	}
+	return keys
+}
+
+func (k keySchema) wake(tag, topic string) string { return tag + k.prefix + "wake:" + topic }
+
+func (k keySchema) wakePrefix(tag string) string { return tag + k.prefix + "wake:" }
+
+func (k keySchema) control(tag, instance string, loop int) string {
+	return tag + k.prefix + "ctl:" + instance + ":" + strconv.Itoa(loop)
+}
+
+func (k keySchema) layout() string { return k.prefix + "layout" }
+
+// The keys of the layouts the engine migrates from.
+
+func (k keySchema) legacyReady(topic string) string { return k.readyPrefix + topic + k.readySuffix }
+
+func (k keySchema) v1Job(id string) string { return k.prefix + "job:" + id }
+
+func (k keySchema) v1JobPrefix() string { return k.prefix + "job:" }
+
+func (k keySchema) v1Dead(topic string) string { return k.prefix + "dead:" + topic }
+
+func (k keySchema) v1Count(topic string) string { return k.prefix + "count:" + topic }
+
+func (k keySchema) v1Wake(topic string) string { return k.prefix + "wake:" + topic }
+
+func (k keySchema) v1Topics() string { return k.prefix + "topics" }
+
+func (k keySchema) v1DeadDropped() string { return k.prefix + "dead_dropped" }
+
+func (k keySchema) v1Hooks() string { return k.prefix + "hooks" }
+
+func (k keySchema) v1HookWake() string { return k.prefix + "wake_hooks" }

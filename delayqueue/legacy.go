@@ -27,18 +27,18 @@ type legacyJob struct {
 	Body  string
 }
 
-// ImportLegacy converts the jobs the original server left in this database
-// into the engine's layout: ids in its ready lists (whose names are the
-// same), and ids in its buckets (same names, scores in seconds). Each job is
-// converted atomically; run it before Run, and never while the original
-// server still runs on the same database.
-func (q *Queue) ImportLegacy(ctx context.Context) (int, error) {
+// importV0 converts the jobs the original server left in this database
+// into partitions: ids in its ready lists (queue_name) and in its bucket
+// ZSETs (bucket_name, scores in seconds), each held in a raw-id key. Each
+// job is converted atomically; it runs before the engine starts, never
+// while the original server still runs on the same database.
+func (q *Queue) importV0(ctx context.Context) (int, error) {
 	imported := 0
-	readyLists, err := q.legacyReadyLists(ctx)
+	lists, err := q.scanKeys(ctx, globEscape(q.keys.readyPrefix)+"*"+globEscape(q.keys.readySuffix), "list")
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("import: list ready lists: %w", err)
 	}
-	for _, list := range readyLists {
+	for _, list := range lists {
 		topic := strings.TrimSuffix(strings.TrimPrefix(list, q.keys.readyPrefix), q.keys.readySuffix)
 		n, err := q.importReadyList(ctx, list, topic)
 		imported += n
@@ -46,8 +46,12 @@ func (q *Queue) ImportLegacy(ctx context.Context) (int, error) {
 			return imported, err
 		}
 	}
-	for b := 1; b <= q.opts.BucketSize; b++ {
-		n, err := q.importBucket(ctx, b)
+	buckets, err := q.scanKeys(ctx, globEscape(q.keys.bucketPrefix)+"*"+globEscape(q.keys.bucketSuffix), "zset")
+	if err != nil {
+		return imported, fmt.Errorf("import: list buckets: %w", err)
+	}
+	for _, bucket := range buckets {
+		n, err := q.importBucket(ctx, bucket)
 		imported += n
 		if err != nil {
 			return imported, err
@@ -56,31 +60,32 @@ func (q *Queue) ImportLegacy(ctx context.Context) (int, error) {
 	return imported, nil
 }
 
-// legacyReadyLists finds the lists named like ready lists.
-func (q *Queue) legacyReadyLists(ctx context.Context) ([]string, error) {
-	pattern := globEscape(q.keys.readyPrefix) + "*" + globEscape(q.keys.readySuffix)
-	var lists []string
-	err := q.withConn(ctx, func(c redis.Conn) error {
+// scanKeys lists the keys matching pattern of a type, on a standalone
+// Redis (the old layouts never ran on a cluster).
+func (q *Queue) scanKeys(ctx context.Context, pattern, typ string) ([]string, error) {
+	var keys []string
+	err := q.withConn(ctx, q.partitions[0].key(), func(c redis.Conn) error {
 		cursor := "0"
 		for {
-			reply, err := redis.Values(c.Do("SCAN", cursor, "MATCH", pattern, "COUNT", 1000, "TYPE", "list"))
+			args := []any{cursor, "MATCH", pattern, "COUNT", 1000}
+			if typ != "" {
+				args = append(args, "TYPE", typ)
+			}
+			reply, err := redis.Values(c.Do("SCAN", args...))
 			if err != nil {
 				return err
 			}
-			var keys []string
-			if _, err := redis.Scan(reply, &cursor, &keys); err != nil {
+			var page []string
+			if _, err := redis.Scan(reply, &cursor, &page); err != nil {
 				return err
 			}
-			lists = append(lists, keys...)
+			keys = append(keys, page...)
 			if cursor == "0" {
 				return nil
 			}
 		}
 	})
-	if err != nil {
-		return nil, fmt.Errorf("import: list ready lists: %w", err)
-	}
-	return lists, nil
+	return keys, err
 }
 
 func globEscape(s string) string {
@@ -97,23 +102,26 @@ func globEscape(s string) string {
 func (q *Queue) importReadyList(ctx context.Context, list, topic string) (int, error) {
 	imported := 0
 	const page = 500
-	for start := 0; ; start += page {
+	offset := 0 // entries we could not import stay; skip past them
+	for {
 		var ids []string
-		err := q.withConn(ctx, func(c redis.Conn) error {
+		err := q.withConn(ctx, list, func(c redis.Conn) error {
 			var err error
-			ids, err = redis.Strings(c.Do("LRANGE", list, start, start+page-1))
+			ids, err = redis.Strings(c.Do("LRANGE", list, offset, offset+page-1))
 			return err
 		})
 		if err != nil {
 			return imported, fmt.Errorf("import: read %s: %w", list, err)
 		}
 		for _, id := range ids {
-			ok, err := q.importOne(ctx, id, "ready", topic, 0, 0)
+			ok, err := q.importOne(ctx, id, "ready", topic, list, "", 0)
 			if err != nil {
 				return imported, err
 			}
 			if ok {
 				imported++
+			} else {
+				offset++
 			}
 		}
 		if len(ids) < page {
@@ -122,13 +130,12 @@ func (q *Queue) importReadyList(ctx context.Context, list, topic string) (int, e
 	}
 }
 
-func (q *Queue) importBucket(ctx context.Context, number int) (int, error) {
-	bucket := q.keys.bucket(number)
+func (q *Queue) importBucket(ctx context.Context, bucket string) (int, error) {
 	imported := 0
 	offset := 0 // members we could not import stay; skip past them
 	for {
 		var reply []string
-		err := q.withConn(ctx, func(c redis.Conn) error {
+		err := q.withConn(ctx, bucket, func(c redis.Conn) error {
 			var err error
 			reply, err = redis.Strings(c.Do("ZRANGEBYSCORE", bucket, "-inf", legacySecondsLimit, "WITHSCORES", "LIMIT", offset, 500))
 			return err
@@ -142,7 +149,7 @@ func (q *Queue) importBucket(ctx context.Context, number int) (int, error) {
 		for i := 0; i+1 < len(reply); i += 2 {
 			id := reply[i]
 			seconds := atoi(reply[i+1])
-			ok, err := q.importOne(ctx, id, "bucket", "", number, seconds*1000)
+			ok, err := q.importOne(ctx, id, "bucket", "", "", bucket, seconds*1000)
 			if err != nil {
 				return imported, err
 			}
@@ -155,17 +162,11 @@ func (q *Queue) importBucket(ctx context.Context, number int) (int, error) {
 	}
 }
 
-// importOne converts the raw job id (from a ready list or from bucket
-// fromBucket, scheduled at atMs). It reports whether it converted it.
-func (q *Queue) importOne(ctx context.Context, id, mode, topic string, fromBucket int, atMs int64) (bool, error) {
+// importOne converts the raw job id (from the ready list readyList, or from
+// bucket, scheduled at atMs). It reports whether it converted it.
+func (q *Queue) importOne(ctx context.Context, id, mode, topic, readyList, bucket string, atMs int64) (bool, error) {
 	var raw []byte
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		if exists, err := redis.Bool(c.Do("EXISTS", q.keys.job(id))); err != nil || exists {
-			if err == nil {
-				err = redis.ErrNil // already in our layout
-			}
-			return err
-		}
+	err := q.withConn(ctx, id, func(c redis.Conn) error {
 		var err error
 		raw, err = redis.Bytes(c.Do("GET", id))
 		if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
@@ -174,7 +175,7 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic string, fromBucke
 		return err
 	})
 	if errors.Is(err, redis.ErrNil) {
-		return false, nil // no legacy job behind this id (or one of ours)
+		return false, nil // no job of the original behind this id
 	}
 	if err != nil {
 		return false, fmt.Errorf("import %s: %w", id, err)
@@ -191,12 +192,15 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic string, fromBucke
 		q.log.Warn("import: invalid job of the original server; left as it is", "job_id", id, "err", err)
 		return false, nil
 	}
-	if fromBucket == 0 {
-		fromBucket = q.keys.bucketNumber(id)
+	if readyList == "" {
+		readyList = q.keys.legacyReady(topic)
 	}
-	bucketNo := q.keys.bucketNumber(id)
-	result, err := redis.Int(q.eval(ctx, q.scripts.importLegacy, []string{id, q.keys.bucket(fromBucket)},
-		id, raw, topic, job.Delay*1000, int64(clampTTR(job.TTR).Seconds()), job.Body, bucketNo, mode, atMs))
+	if bucket == "" {
+		bucket = q.keys.bucketName(1)
+	}
+	p := q.partitionOf(id)
+	result, err := redis.Int(q.migrationCall(ctx, p, q.scripts.importV0, []string{id, bucket, readyList},
+		id, raw, topic, job.Delay*1000, int64(clampTTR(job.TTR).Seconds()), job.Body, mode, atMs))
 	if err != nil {
 		return false, fmt.Errorf("import %s: %w", id, err)
 	}

@@ -1,176 +1,13 @@
 package delayqueue
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
-
-// A waiter is one held Pop. It sits in the FIFO of each of its topics until
-// a dispatch loop checks it out to claim a job on its behalf.
-type waiter struct {
-	topics []string
-	count  int            // jobs wanted at most
-	result chan popResult // buffered; the dispatch loop sends exactly once per checkout that ends the wait
-	elems  map[string]*list.Element
-
-	// Guarded by the registry's mutex.
-	checkedOut bool // a dispatch loop is claiming for it
-	abandoned  bool // its Pop stopped waiting while checked out
-}
-
-type popResult struct {
-	deliveries []*Delivery
-	err        error
-}
-
-// waiterRegistry holds this process' held Pops, first come first served per
-// topic, and tells each dispatch loop which topics it must listen to.
-type waiterRegistry struct {
-	mu      sync.Mutex
-	byTopic map[string]*list.List
-	// loopTopics[i] is the set of topics with waiters that loop i serves.
-	loopTopics []map[string]struct{}
-	changed    []chan struct{}
-}
-
-func newWaiterRegistry(loops int) *waiterRegistry {
-	r := &waiterRegistry{byTopic: make(map[string]*list.List)}
-	for i := 0; i < loops; i++ {
-		r.loopTopics = append(r.loopTopics, make(map[string]struct{}))
-		r.changed = append(r.changed, make(chan struct{}, 1))
-	}
-	return r
-}
-
-func (r *waiterRegistry) loopOf(topic string) int {
-	h := fnv.New32a()
-	h.Write([]byte(topic))
-	return int(h.Sum32() % uint32(len(r.loopTopics)))
-}
-
-// anyWaiting reports whether a waiter already queues for one of topics, in
-// which case a new Pop must queue behind it.
-func (r *waiterRegistry) anyWaiting(topics []string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, t := range topics {
-		if l := r.byTopic[t]; l != nil && l.Len() > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// add queues w behind (or, for a waiter coming back from a fruitless claim,
-// ahead of) the others, and returns the loops that gained a topic.
-func (r *waiterRegistry) add(w *waiter, front bool) []int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var newLoops []int
-	w.elems = make(map[string]*list.Element, len(w.topics))
-	for _, t := range w.topics {
-		l := r.byTopic[t]
-		if l == nil {
-			l = list.New()
-			r.byTopic[t] = l
-			i := r.loopOf(t)
-			r.loopTopics[i][t] = struct{}{}
-			newLoops = append(newLoops, i)
-			select {
-			case r.changed[i] <- struct{}{}:
-			default:
-			}
-		}
-		if front {
-			w.elems[t] = l.PushFront(w)
-		} else {
-			w.elems[t] = l.PushBack(w)
-		}
-	}
-	return newLoops
-}
-
-// unlinkLocked removes w from every FIFO. r.mu must be held.
-func (r *waiterRegistry) unlinkLocked(w *waiter) {
-	for t, e := range w.elems {
-		l := r.byTopic[t]
-		l.Remove(e)
-		if l.Len() == 0 {
-			delete(r.byTopic, t)
-			delete(r.loopTopics[r.loopOf(t)], t)
-		}
-	}
-	w.elems = nil
-}
-
-// checkout takes the first waiters of topic for one claim, in order, as
-// many as fit in maxJobs jobs wanted (at least one when any waits).
-func (r *waiterRegistry) checkout(topic string, maxJobs int) []*waiter {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var ws []*waiter
-	jobs := 0
-	for {
-		l := r.byTopic[topic]
-		if l == nil || l.Len() == 0 {
-			return ws
-		}
-		w := l.Front().Value.(*waiter)
-		if len(ws) > 0 && jobs+w.count > maxJobs {
-			return ws
-		}
-		jobs += w.count
-		r.unlinkLocked(w)
-		w.checkedOut = true
-		ws = append(ws, w)
-	}
-}
-
-// giveUp is called by a Pop that stops waiting. It returns true when w was
-// still queued (and is now gone); false when a dispatch loop has it checked
-// out, in which case the loop will send on w.result.
-func (r *waiterRegistry) giveUp(w *waiter) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if w.checkedOut {
-		w.abandoned = true
-		return false
-	}
-	r.unlinkLocked(w)
-	return true
-}
-
-// checkin ends a checkout that claimed nothing: w queues again at the front,
-// unless its Pop has stopped waiting, which is then told so.
-func (r *waiterRegistry) checkin(w *waiter, err error) []int {
-	r.mu.Lock()
-	w.checkedOut = false
-	abandoned := w.abandoned
-	r.mu.Unlock()
-	if abandoned {
-		w.result <- popResult{err: err}
-		return nil
-	}
-	return r.add(w, true)
-}
-
-// topicsOf lists the topics loop i must listen to.
-func (r *waiterRegistry) topicsOf(i int) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	topics := make([]string, 0, len(r.loopTopics[i]))
-	for t := range r.loopTopics[i] {
-		topics = append(topics, t)
-	}
-	return topics
-}
 
 // MaxPopCount bounds the jobs one PopBatch claims.
 const MaxPopCount = 100
@@ -188,6 +25,13 @@ func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*
 
 // PopBatch is Pop for up to count jobs: it waits for at least one, then
 // returns every job it could claim at once.
+//
+// A topic's jobs spread over every partition. A Pop tries the partitions
+// in turn, starting from a different one each time, so that each gives out
+// its share; within a partition a topic's jobs come out in the order they
+// became ready. A held Pop waits in this process's FIFO of waiters, and the
+// dispatch loops of every partition claim for it when a job of its topics
+// becomes ready there.
 func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*Delivery, error) {
 	if len(topics) == 0 || len(topics) > MaxPopTopics {
 		return nil, fmt.Errorf("pop: %w: between 1 and %d topics are needed", ErrInvalidJob, MaxPopTopics)
@@ -199,6 +43,9 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 	}
 	if count < 1 || count > MaxPopCount {
 		return nil, fmt.Errorf("pop: %w: count must be 1 to %d", ErrInvalidJob, MaxPopCount)
+	}
+	if err := q.started(); err != nil {
+		return nil, fmt.Errorf("pop: %w", err)
 	}
 	if hold > q.opts.BlockTimeout {
 		hold = q.opts.BlockTimeout
@@ -264,62 +111,119 @@ type claimCall struct {
 	count  int
 }
 
-// claim claims up to count jobs of topics, in one script call shared with
-// the claims of other concurrent pops.
+// claimBatch is the claims of one caller on one partition: a Pop's, or a
+// dispatch loop's for several waiters, served in order.
+type claimBatch struct {
+	calls []claimCall
+}
+
+func (b claimBatch) size() int {
+	n := 0
+	for _, c := range b.calls {
+		n += c.count
+	}
+	return n
+}
+
+// claim claims up to count jobs of topics for one Pop: from the
+// partitions in turn, starting at the next one of the rotation, until it
+// has count or every partition was asked. A partition that fails is
+// skipped; its error is returned when no job was claimed.
 func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Delivery, error) {
-	ds, err := q.claims.do(ctx, claimCall{topics: topics, count: count})
+	n := len(q.partitions)
+	start := int(q.nextClaim.Add(1) % uint32(n))
+	var (
+		got     []*Delivery
+		lastErr error
+	)
+	for i := 0; i < n && len(got) < count; i++ {
+		p := q.partitions[(start+i)%n]
+		ds, err := q.claimOn(ctx, p, []claimCall{{topics: topics, count: count - len(got)}})
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		got = append(got, ds[0]...)
+	}
+	if len(got) > 0 {
+		return got, nil
+	}
+	return nil, lastErr
+}
+
+// claimOn claims on partition p for calls, in one script call shared with
+// the claims of other concurrent callers. This is the one way jobs are
+// claimed for consumers.
+func (q *Queue) claimOn(ctx context.Context, p *partition, calls []claimCall) ([][]*Delivery, error) {
+	out, err := p.claims.do(ctx, claimBatch{calls: calls})
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	q.noteDelivered(ds)
-	return ds, nil
-}
-
-// noteDelivered reports claimed jobs to the observer.
-func (q *Queue) noteDelivered(ds []*Delivery) {
-	for _, d := range ds {
-		q.obs.JobDelivered(d.Topic, d.Attempts)
-	}
-}
-
-// execClaims runs several pops' claims in one claim.lua call.
-func (q *Queue) execClaims(ctx context.Context, calls []claimCall) ([][]*Delivery, error) {
-	args := make([]any, 0, 2+3*len(calls))
-	args = append(args, len(calls), maxStaleSkips)
-	for _, c := range calls {
-		args = append(args, c.count, len(c.topics))
-		for _, t := range c.topics {
-			args = append(args, t)
+	for _, ds := range out {
+		for _, d := range ds {
+			q.obs.JobDelivered(d.Topic, d.Attempts)
 		}
 	}
-	reply, err := redis.Values(q.eval(ctx, q.scripts.claim, nil, args...))
+	return out, nil
+}
+
+// execClaims runs several callers' claims on partition p in one claim.lua
+// call.
+func (q *Queue) execClaims(ctx context.Context, p *partition, batches []claimBatch) ([][][]*Delivery, error) {
+	requests := 0
+	for _, b := range batches {
+		requests += len(b.calls)
+	}
+	var topics []string
+	seen := make(map[string]bool, 4)
+	args := make([]any, 0, 1+3*requests)
+	args = append(args, requests)
+	for _, b := range batches {
+		for _, c := range b.calls {
+			args = append(args, c.count, len(c.topics))
+			for _, t := range c.topics {
+				args = append(args, t)
+				if !seen[t] {
+					seen[t] = true
+					topics = append(topics, t)
+				}
+			}
+		}
+	}
+	reply, err := redis.Values(q.call(ctx, p, q.scripts.claim, topics, args...))
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]*Delivery, len(calls))
+	out := make([][][]*Delivery, len(batches))
 	rest := reply[1:]
-	for i := range calls {
-		if len(rest) < 2 {
-			return nil, fmt.Errorf("reply: cut short")
-		}
-		claimed, err := redis.Int(rest[1], nil)
-		if err != nil {
-			return nil, fmt.Errorf("reply: %w", err)
-		}
-		rest = rest[2:]
-		if len(rest) < 5*claimed {
-			return nil, fmt.Errorf("reply: cut short")
-		}
-		if claimed > 0 {
-			// One allocation for the request's deliveries.
-			ds := make([]Delivery, claimed)
-			out[i] = make([]*Delivery, claimed)
-			for j := range ds {
-				if err := parseClaimed(rest[:5], &ds[j]); err != nil {
-					return nil, fmt.Errorf("reply: %w", err)
+	for i, b := range batches {
+		out[i] = make([][]*Delivery, len(b.calls))
+		for j := range b.calls {
+			if len(rest) < 1 {
+				return nil, fmt.Errorf("claim reply: cut short")
+			}
+			claimed, ok := rest[0].(int64)
+			if !ok {
+				return nil, fmt.Errorf("claim reply: count is %T", rest[0])
+			}
+			rest = rest[1:]
+			if int64(len(rest)) < 5*claimed {
+				return nil, fmt.Errorf("claim reply: cut short")
+			}
+			if claimed > 0 {
+				// One allocation for the request's deliveries.
+				ds := make([]Delivery, claimed)
+				out[i][j] = make([]*Delivery, claimed)
+				for k := range ds {
+					if err := parseClaimed(rest[:5], &ds[k]); err != nil {
+						return nil, fmt.Errorf("claim reply: %w", err)
+					}
+					out[i][j][k] = &ds[k]
+					rest = rest[5:]
 				}
-				out[i][j] = &ds[j]
-				rest = rest[5:]
 			}
 		}
 	}
@@ -347,17 +251,21 @@ func parseClaimed(v []any, d *Delivery) error {
 func (q *Queue) unclaim(d *Delivery) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := q.eval(ctx, q.scripts.unclaim, nil, d.ID, d.Attempts)
+	_, err := q.call(ctx, q.partitionOf(d.ID), q.scripts.unclaim, []string{d.Topic}, d.ID, d.Attempts)
 	if err != nil {
 		q.log.Warn("could not give back an undelivered job; it is delivered again after its ttr",
 			"job_id", d.ID, "topic", d.Topic, "err", err)
 	}
 }
 
-// wakeLoops interrupts the blocking wait of loops that gained topics, so
-// they start listening to them at once.
+// wakeLoops interrupts the blocking wait of every partition's loops with
+// the indexes given, so they start listening to their new topics at once.
 func (q *Queue) wakeLoops(loops []int) {
 	for _, i := range loops {
-		q.loops[i].interrupt()
+		for _, p := range q.partitions {
+			if l := p.loops[i]; l.isBlocked() {
+				go l.interrupt()
+			}
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -28,12 +29,15 @@ const (
 	PushCreated  PushStatus = iota // a new job
 	PushReplaced                   // replaced the job with the same id
 	PushExists                     // IfAbsent, and the id existed: nothing changed
+	PushFailed                     // not stored: its partition could not be reached (see ErrPartial)
 )
 
 // PushResult is the outcome of one pushed job.
 type PushResult struct {
 	Status PushStatus
 	DueAt  time.Time // the job's first due time (for PushExists: the existing job's)
+	// Err says why a job was not stored (PushFailed).
+	Err error
 }
 
 // ValidateJob checks a job against the engine's limits. Its errors wrap
@@ -79,8 +83,15 @@ func (q *Queue) Push(ctx context.Context, job Job) (PushResult, error) {
 	return results[0], nil
 }
 
-// PushBatch pushes jobs all or nothing: if one is invalid (or an id
-// repeats), nothing is stored. Results come in input order.
+// PushBatch pushes jobs. A batch is checked whole first: if one job is
+// invalid (or an id repeats), nothing is stored. The jobs of one partition
+// are then stored by one atomic script call; a batch spanning partitions
+// makes one call per partition, and when some of them fail (Redis gone, a
+// crash), the others' jobs are stored: the error then wraps ErrPartial and
+// the results say, per job, which were (PushFailed marks the others).
+// Pushing the whole batch again is safe: a job replaces its own id, or,
+// with IfAbsent, leaves it alone. When no job could be stored, the results
+// are nil. Results come in input order.
 func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error) {
 	if len(jobs) == 0 || len(jobs) > MaxPushBatchJobs {
 		return nil, fmt.Errorf("push: %w: a batch holds 1 to %d jobs", ErrInvalidJob, MaxPushBatchJobs)
@@ -95,35 +106,85 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 		}
 		seen[job.ID] = i
 	}
-	args := make([]any, 0, 10*len(jobs))
-	for _, job := range jobs {
-		jobArgs, err := q.pushArgs(job)
-		if err != nil {
-			return nil, err
-		}
-		args = append(args, jobArgs...)
-	}
-	reply, err := q.pushes.do(ctx, pushCall{jobs: len(jobs), args: args})
-	if err != nil {
+	if err := q.started(); err != nil {
 		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, err)
 	}
-	now := reply.now
-	results := make([]PushResult, len(jobs))
+	// The jobs of each partition, as indexes into jobs.
+	byPartition := make(map[*partition][]int, min(len(jobs), len(q.partitions)))
+	var order []*partition
 	for i, job := range jobs {
-		due, status := reply.dueAndStatus[2*i], reply.dueAndStatus[2*i+1]
-		results[i] = PushResult{Status: PushStatus(status), DueAt: time.UnixMilli(due)}
-		if status != int64(PushExists) {
-			q.obs.JobsPushed(job.Topic, 1)
+		p := q.partitionOf(job.ID)
+		if _, ok := byPartition[p]; !ok {
+			order = append(order, p)
 		}
-		// A job pushed with no delay went straight to its ready list: no
-		// scanner needs to run for it (due can still exceed now by the
-		// rounding up to whole milliseconds).
-		if status != int64(PushExists) && job.Delay.Milliseconds() > 0 && due > now {
-			b := q.keys.bucketNumber(job.ID)
-			q.scanners[b-1].wakeBy(time.Now().Add(time.Duration(due-now) * time.Millisecond))
+		byPartition[p] = append(byPartition[p], i)
+	}
+	results := make([]PushResult, len(jobs))
+	errs := make([]error, len(order))
+	pushTo := func(k int) {
+		p := order[k]
+		call := pushCall{jobs: make([]*Job, len(byPartition[p]))}
+		for j, i := range byPartition[p] {
+			call.jobs[j] = &jobs[i]
+		}
+		reply, err := p.pushes.do(ctx, call)
+		if err != nil {
+			errs[k] = err
+			return
+		}
+		for j, i := range byPartition[p] {
+			results[i] = q.pushed(p, jobs[i], reply.now, reply.dueAndStatus[2*j], reply.dueAndStatus[2*j+1])
 		}
 	}
+	if len(order) == 1 {
+		pushTo(0)
+	} else {
+		var wg sync.WaitGroup
+		for k := range order {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pushTo(k)
+			}()
+		}
+		wg.Wait()
+	}
+	var firstErr error
+	failed := 0
+	for k, err := range errs {
+		if err == nil {
+			continue
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		for _, i := range byPartition[order[k]] {
+			results[i] = PushResult{Status: PushFailed, Err: err}
+			failed++
+		}
+	}
+	switch {
+	case failed == len(jobs):
+		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, firstErr)
+	case failed > 0:
+		return results, fmt.Errorf("push: %w: %d of %d jobs not stored: %w", ErrPartial, failed, len(jobs), firstErr)
+	}
 	return results, nil
+}
+
+// pushed reads one job's outcome from its partition's reply, and wakes the
+// partition's scanner for a delayed job.
+func (q *Queue) pushed(p *partition, job Job, now, due, status int64) PushResult {
+	if status != int64(PushExists) {
+		q.obs.JobsPushed(job.Topic, 1)
+		// A job pushed with no delay went straight to ready: no scanner
+		// needs to run for it (due can still exceed now by the rounding
+		// up to whole milliseconds).
+		if job.Delay.Milliseconds() > 0 && due > now {
+			p.scanner.wakeBy(time.Now().Add(time.Duration(due-now) * time.Millisecond))
+		}
+	}
+	return PushResult{Status: PushStatus(status), DueAt: time.UnixMilli(due)}
 }
 
 func retryCSV(retry []int) string {
@@ -141,10 +202,9 @@ func boolArg(b bool) int {
 	return 0
 }
 
-// pushCall is one PushBatch's jobs, as push.lua arguments (10 per job).
+// pushCall is one PushBatch's jobs of one partition.
 type pushCall struct {
-	jobs int
-	args []any
+	jobs []*Job
 }
 
 // pushReply is push.lua's reply for one pushCall.
@@ -153,18 +213,30 @@ type pushReply struct {
 	dueAndStatus []int64
 }
 
-// execPushes runs the jobs of several PushBatch calls in one push.lua call.
-func (q *Queue) execPushes(ctx context.Context, calls []pushCall) ([]pushReply, error) {
+// execPushes runs the jobs of several PushBatch calls to partition p in
+// one push.lua call.
+func (q *Queue) execPushes(ctx context.Context, p *partition, calls []pushCall) ([]pushReply, error) {
 	total := 0
 	for _, c := range calls {
-		total += c.jobs
+		total += len(c.jobs)
 	}
-	args := make([]any, 0, 1+10*total)
+	var topics []string
+	seen := make(map[string]bool, 4)
+	args := make([]any, 0, 1+pushArgsPerJob*total)
 	args = append(args, total)
 	for _, c := range calls {
-		args = append(args, c.args...)
+		for _, job := range c.jobs {
+			if !seen[job.Topic] {
+				seen[job.Topic] = true
+				topics = append(topics, job.Topic)
+			}
+			var err error
+			if args, err = appendPushArgs(args, job); err != nil {
+				return nil, err
+			}
+		}
 	}
-	reply, err := redis.Int64s(q.evalAck(ctx, q.scripts.push, nil, args...))
+	reply, err := redis.Int64s(q.callAck(ctx, p, q.scripts.push, topics, args...))
 	if err != nil {
 		return nil, err
 	}
@@ -174,14 +246,17 @@ func (q *Queue) execPushes(ctx context.Context, calls []pushCall) ([]pushReply, 
 	out := make([]pushReply, len(calls))
 	rest := reply[1:]
 	for i, c := range calls {
-		out[i] = pushReply{now: reply[0], dueAndStatus: rest[:2*c.jobs]}
-		rest = rest[2*c.jobs:]
+		out[i] = pushReply{now: reply[0], dueAndStatus: rest[:2*len(c.jobs)]}
+		rest = rest[2*len(c.jobs):]
 	}
 	return out, nil
 }
 
-// pushArgs are push.lua's 10 arguments for one job.
-func (q *Queue) pushArgs(job Job) ([]any, error) {
+// pushArgsPerJob is the number of push.lua arguments per job.
+const pushArgsPerJob = 9
+
+// appendPushArgs appends push.lua's arguments for one job.
+func appendPushArgs(args []any, job *Job) ([]any, error) {
 	ttr, retry, callback := job.TTR, job.Retry, ""
 	if job.Callback != nil {
 		ttr = callbackLease(job.Callback)
@@ -194,6 +269,6 @@ func (q *Queue) pushArgs(job Job) ([]any, error) {
 		}
 		callback = string(b)
 	}
-	return []any{job.ID, job.Topic, job.Delay.Milliseconds(), int64(ttr / time.Second), job.Body,
-		q.keys.bucketNumber(job.ID), retryCSV(retry), job.MaxAttempts, boolArg(job.IfAbsent), callback}, nil
+	return append(args, job.ID, job.Topic, job.Delay.Milliseconds(), int64(ttr/time.Second), job.Body,
+		retryCSV(retry), job.MaxAttempts, boolArg(job.IfAbsent), callback), nil
 }

@@ -1,11 +1,12 @@
-// Package delayqueue owns the job engine: the Redis key schema, the Lua
-// scripts that perform every state change, the bucket scanners that move due
-// jobs to the ready lists, and the dispatchers that hand ready jobs to
-// waiting consumers. It knows nothing of HTTP.
+// Package delayqueue owns the job engine: the Redis key schema and its
+// partitions, the Lua scripts that perform every state change, the
+// scanners that make due jobs ready, and the dispatch loops that hand ready
+// jobs to waiting consumers. It knows nothing of HTTP.
 package delayqueue
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -59,6 +60,12 @@ var (
 	// ErrTooManyWaiters reports a Pop refused because the process already
 	// holds its maximum of waiting Pops.
 	ErrTooManyWaiters = errors.New("too many held pops")
+	// ErrStarting reports a call made before Run finished bringing older
+	// layouts' jobs over; it wraps ErrUnavailable, so clients retry.
+	ErrStarting = fmt.Errorf("%w: the server is starting: migrating jobs to the current layout", ErrUnavailable)
+	// ErrPartial reports a call spanning partitions of which only some
+	// succeeded (see PushBatch).
+	ErrPartial = errors.New("partly done")
 )
 
 // Job is what a producer pushes.

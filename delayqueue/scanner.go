@@ -9,22 +9,22 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// scanner moves the due ids of one bucket to the ready lists. It sleeps
-// until the earliest due time it knows of, never longer than the scan
-// interval (the safety net that also catches work pushed by other
-// instances), and a push due sooner wakes it.
+// scanner moves the due work of one partition: delayed jobs whose time
+// came become ready, leases that ran out end their delivery. It sleeps
+// until the earliest time it knows of, never longer than the scan interval
+// (the safety net that also catches work pushed by other instances), and a
+// push due sooner wakes it.
 type scanner struct {
-	q      *Queue
-	number int
-	key    string
+	q *Queue
+	p *partition
 
 	mu       sync.Mutex
 	nextWake time.Time
 	poke     chan struct{}
 }
 
-func newScanner(q *Queue, number int) *scanner {
-	return &scanner{q: q, number: number, key: q.keys.bucket(number), poke: make(chan struct{}, 1)}
+func newScanner(q *Queue, p *partition) *scanner {
+	return &scanner{q: q, p: p, poke: make(chan struct{}, 1)}
 }
 
 // wakeBy makes the scanner run no later than at.
@@ -45,37 +45,71 @@ func (s *scanner) wakeBy(at time.Time) {
 
 // moveResult is one move-due script reply.
 type moveResult struct {
-	moved   int
-	nextDue int64 // ms, Redis clock; -1 when the bucket is empty
+	handled int
+	nextDue int64 // ms, Redis clock; -1 when nothing is scheduled
 	now     int64 // ms, Redis clock
 }
 
+// moveDue runs one movedue.lua call, then wakes the held pops of the
+// topics it made ready (signal.lua: their wake-up lists were not known
+// before the call).
 func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
-	reply, err := redis.Values(s.q.eval(ctx, s.q.scripts.moveDue, []string{s.key}, s.q.opts.MoveBatch))
+	reply, err := redis.Values(s.q.call(ctx, s.p, s.q.scripts.moveDue, nil, s.q.opts.MoveBatch))
 	if err != nil {
-		return moveResult{}, err
+		return moveResult{}, fmt.Errorf("movedue.lua: %w", err)
 	}
-	if len(reply) < 4 {
-		return moveResult{}, fmt.Errorf("move due: short reply")
+	if len(reply) < 5 {
+		return moveResult{}, fmt.Errorf("movedue.lua: short reply")
 	}
-	r, err := redis.Int64s(reply[:4], nil)
+	r, err := redis.Int64s(reply[:5], nil)
 	if err != nil {
-		return moveResult{}, fmt.Errorf("move due: reply: %w", err)
-	}
-	expired, err := redis.Strings(reply[4:], nil)
-	if err != nil {
-		return moveResult{}, fmt.Errorf("move due: reply: %w", err)
+		return moveResult{}, fmt.Errorf("movedue.lua: reply: %w", err)
 	}
 	if r[3] >= 0 {
 		s.q.obs.ScanLag(time.Duration(r[2]-r[3]) * time.Millisecond)
 	}
-	for rest := expired; len(rest) >= 2; rest = rest[2:] {
-		s.q.obs.LeaseExpired(rest[0])
-		if rest[1] == StateDead {
-			s.q.obs.JobsDeadLettered(rest[0], 1)
+	rest := reply[5:]
+	expired := int(r[4])
+	if len(rest) < 2*expired {
+		return moveResult{}, fmt.Errorf("movedue.lua: short reply")
+	}
+	for i := 0; i < expired; i++ {
+		topic, _ := redis.String(rest[2*i], nil)
+		state, _ := redis.String(rest[2*i+1], nil)
+		s.q.obs.LeaseExpired(topic)
+		if state == StateDead {
+			s.q.obs.JobsDeadLettered(topic, 1)
 		}
 	}
-	return moveResult{moved: int(r[0]), nextDue: r[1], now: r[2]}, nil
+	if err := s.q.signalTopics(ctx, s.p, rest[2*expired:]); err != nil {
+		return moveResult{}, err
+	}
+	return moveResult{handled: int(r[0]), nextDue: r[1], now: r[2]}, nil
+}
+
+// signalTopics wakes held pops of the topics a script made ready without
+// their wake-up lists: reply is its list "n, then n pairs topic, tokens".
+func (q *Queue) signalTopics(ctx context.Context, p *partition, reply []any) error {
+	if len(reply) < 1 {
+		return fmt.Errorf("signal: short reply")
+	}
+	n, err := redis.Int(reply[0], nil)
+	if err != nil || len(reply) < 1+2*n {
+		return fmt.Errorf("signal: malformed reply")
+	}
+	if n == 0 {
+		return nil
+	}
+	topics := make([]string, n)
+	tokens := make([]any, n)
+	for i := 0; i < n; i++ {
+		topics[i], _ = redis.String(reply[1+2*i], nil)
+		tokens[i] = reply[2+2*i]
+	}
+	if _, err := q.call(ctx, p, q.scripts.signal, topics, tokens...); err != nil {
+		return fmt.Errorf("signal.lua: %w", err)
+	}
+	return nil
 }
 
 func (s *scanner) run(ctx context.Context) {
@@ -103,14 +137,14 @@ func (s *scanner) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			health.failed(s.q.scripts.name(s.q.scripts.moveDue), err)
+			s.q.health.failed(loopScanner, "movedue.lua", err)
 			s.sleepUntil(timer, time.Now().Add(backoff))
 			backoff = min(backoff*2, interval)
 			continue
 		}
-		health.ok()
+		s.q.health.ok(loopScanner)
 		backoff = 100 * time.Millisecond
-		if r.moved >= s.q.opts.MoveBatch {
+		if r.handled >= s.q.opts.MoveBatch {
 			// A full batch: more may be due right now.
 			s.sleepUntil(timer, time.Now())
 			continue

@@ -12,113 +12,147 @@ import (
 var scriptFiles embed.FS
 
 // scripts holds every state change of the engine, one Lua script each, all
-// sharing the state machine of scripts/lib.lua. Each is sent with EVALSHA,
-// falling back to EVAL when Redis lost its script cache (a restart, SCRIPT
-// FLUSH).
+// sharing the state machine of scripts/lib.lua, and each touching the keys
+// of one partition only. They are sent with EVALSHA, falling back to EVAL
+// when Redis lost its script cache (a restart, SCRIPT FLUSH).
 type scripts struct {
 	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
-	kick, deadDelete, deadSweep, importLegacy, claimHook          *redis.Script
-	// names maps each script to its file name, for the logs.
-	names map[*redis.Script]string
+	kick, deadDelete, deadSweep, get, signal, claimHook *redis.Script
+	// export and adopt move jobs between partitions (Repartition).
+	export, adopt *redis.Script
+	// The migrations touch several partitions' keys and the old layouts'
+	// at once: they run on one Redis only (never a cluster), before the
+	// engine starts, and are exempt from the key check.
+	migrateV1, importV0 *redis.Script
 }
 
-func loadScripts() (scripts, error) {
-	lib, err := scriptFiles.ReadFile("scripts/lib.lua")
+// loadScripts reads the scripts; with checkKeys, the partition scripts
+// start with scripts/check.lua, which fails a call touching a key it was
+// not given or a key of another hash slot (tests).
+func loadScripts(checkKeys bool) (scripts, error) {
+	read := func(name string) (string, error) {
+		b, err := scriptFiles.ReadFile("scripts/" + name)
+		if err != nil {
+			return "", fmt.Errorf("read scripts/%s: %w", name, err)
+		}
+		return string(b), nil
+	}
+	lib, err := read("lib.lua")
 	if err != nil {
-		return scripts{}, fmt.Errorf("read scripts/lib.lua: %w", err)
+		return scripts{}, err
+	}
+	prelude := ""
+	if checkKeys {
+		if prelude, err = read("check.lua"); err != nil {
+			return scripts{}, err
+		}
 	}
 	s := scripts{names: make(map[*redis.Script]string)}
 	for _, e := range []struct {
-		dst      **redis.Script
-		name     string
-		keyCount int
+		dst    **redis.Script
+		name   string
+		exempt bool
 	}{
-		{&s.push, "push.lua", 0},
-		{&s.claim, "claim.lua", 0},
-		{&s.moveDue, "movedue.lua", 1},
-		{&s.finish, "finish.lua", 0},
-		{&s.remove, "delete.lua", 0},
-		{&s.unclaim, "unclaim.lua", 0},
-		{&s.release, "release.lua", 0},
-		{&s.touch, "touch.lua", 0},
-		{&s.kick, "kick.lua", 0},
-		{&s.deadDelete, "deaddelete.lua", 0},
-		{&s.deadSweep, "deadsweep.lua", 0},
-		{&s.importLegacy, "import.lua", 2},
-		{&s.claimHook, "claimhook.lua", 0},
+		{&s.push, "push.lua", false},
+		{&s.claim, "claim.lua", false},
+		{&s.moveDue, "movedue.lua", false},
+		{&s.finish, "finish.lua", false},
+		{&s.remove, "delete.lua", false},
+		{&s.unclaim, "unclaim.lua", false},
+		{&s.release, "release.lua", false},
+		{&s.touch, "touch.lua", false},
+		{&s.kick, "kick.lua", false},
+		{&s.deadDelete, "deaddelete.lua", false},
+		{&s.deadSweep, "deadsweep.lua", false},
+		{&s.get, "get.lua", false},
+		{&s.signal, "signal.lua", false},
+		{&s.claimHook, "claimhook.lua", false},
+		{&s.export, "export.lua", false},
+		{&s.adopt, "adopt.lua", false},
+		{&s.migrateV1, "migratev1.lua", true},
+		{&s.importV0, "importv0.lua", true},
 	} {
-		src, err := scriptFiles.ReadFile("scripts/" + e.name)
+		src, err := read(e.name)
 		if err != nil {
-			return scripts{}, fmt.Errorf("read scripts/%s: %w", e.name, err)
+			return scripts{}, err
 		}
-		*e.dst = redis.NewScript(e.keyCount, string(lib)+"\n"+string(src))
-		s.names[*e.dst] = e.name
+		head := prelude
+		if e.exempt {
+			head = ""
+		}
+		// A negative key count: each call says how many keys it passes.
+		*e.dst = redis.NewScript(-1, head+"\n"+lib+"\n"+src)
 	}
 	return s, nil
 }
 
-func (s scripts) all() []*redis.Script {
+// partitionScripts are the scripts the running engine calls.
+func (s scripts) partitionScripts() []*redis.Script {
 	return []*redis.Script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.release, s.touch,
-		s.kick, s.deadDelete, s.deadSweep, s.importLegacy, s.claimHook}
+		s.kick, s.deadDelete, s.deadSweep, s.get, s.signal, s.claimHook}
 }
 
-// name is the file name of one of the scripts.
-func (s scripts) name(sc *redis.Script) string { return s.names[sc] }
-
-// loadAll sends every script to Redis, so the first calls need no EVAL.
-func (s scripts) loadAll(c redis.Conn) error {
-	for _, sc := range s.all() {
-		if err := sc.Load(c); err != nil {
-			return fmt.Errorf("load script: %w", err)
-		}
-	}
-	return nil
+// call is one script call on a partition: the partition's keys, then the
+// wake-up lists of topics, and the script's own arguments.
+func (q *Queue) call(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
+	return q.callScript(ctx, p, false, script, topics, args...)
 }
 
-// eval runs script with keys, the ARGV header every script expects (see
-// scripts/lib.lua) and args.
-func (q *Queue) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	return q.evalScript(ctx, false, script, keys, args...)
-}
-
-// evalAck is eval for changes acknowledged to a client (push, finish,
+// callAck is call for changes acknowledged to a client (push, finish,
 // delete, release, kick...): with Options.WaitReplicas set, it also waits
-// until that many replicas have the change, and fails with
-// ErrNotReplicated when they don't in time, so that the client retries
-// rather than trusting a change a failover could lose.
-func (q *Queue) evalAck(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	return q.evalScript(ctx, q.opts.WaitReplicas > 0, script, keys, args...)
+// until that many replicas of the partition's primary have the change, and
+// fails with ErrNotReplicated when they don't in time, so that the client
+// retries rather than trusting a change a failover could lose.
+func (q *Queue) callAck(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
+	return q.callScript(ctx, p, q.opts.WaitReplicas > 0, script, topics, args...)
 }
 
-// scriptHeader is the ARGV header every script expects (see
-// scripts/lib.lua), made once: its values are boxed once, not per call.
-func scriptHeader(keys keySchema, opts Options) []any {
-	return []any{keys.prefix, keys.bucketPrefix, keys.bucketSuffix, keys.readyPrefix, keys.readySuffix,
-		wakeTokenCap, opts.DeadMaxPerTopic, opts.DeadTTL.Milliseconds()}
-}
-
-func (q *Queue) evalScript(ctx context.Context, wait bool, script *redis.Script, keys []string, args ...any) (any, error) {
-	all := make([]any, 0, len(keys)+8+len(args))
-	for _, k := range keys {
-		all = append(all, k)
+func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script *redis.Script, topics []string, args ...any) (any, error) {
+	all := make([]any, 0, 1+len(p.keys)+len(topics)+len(q.argvHeader)+1+len(topics)+len(args))
+	all = append(all, len(p.keys)+len(topics))
+	all = append(all, p.keys...)
+	for _, t := range topics {
+		all = append(all, q.keys.wake(p.tag, t))
 	}
 	all = append(all, q.argvHeader...)
+	all = append(all, len(topics))
+	for _, t := range topics {
+		all = append(all, t)
+	}
 	all = append(all, args...)
 	var reply any
-	err := q.withConn(ctx, func(c redis.Conn) error {
+	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
 		var err error
 		reply, err = script.Do(c, all...)
 		if err != nil || !wait {
 			return err
 		}
-		acked, err := redis.Int(c.Do("WAIT", q.opts.WaitReplicas, q.opts.WaitTimeout.Milliseconds()))
-		if err != nil {
-			return err
-		}
-		if acked < q.opts.WaitReplicas {
-			return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, q.opts.WaitReplicas, q.opts.WaitTimeout)
-		}
-		return nil
+		return q.waitReplicas(c)
 	})
 	return reply, err
+}
+
+// waitReplicas runs WAIT on c, after a change made on it.
+func (q *Queue) waitReplicas(c redis.Conn) error {
+	acked, err := redis.Int(c.Do("WAIT", q.opts.WaitReplicas, q.opts.WaitTimeout.Milliseconds()))
+	if err != nil {
+		return err
+	}
+	if acked < q.opts.WaitReplicas {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, q.opts.WaitReplicas, q.opts.WaitTimeout)
+	}
+	return nil
+}
+
+// scriptHeader is the start of the ARGV every script expects (see
+// scripts/lib.lua), made once: its values are boxed once, not per call.
+// The wake-up topics follow it, per call.
+func scriptHeader(opts Options) []any {
+	return []any{wakeTokenCap, deadMaxPerPartition(opts), opts.DeadTTL.Milliseconds()}
+}
+
+// deadMaxPerPartition is dead_max_per_topic shared out over the partitions
+// (rounded up): a topic's dead letters spread over them as its jobs do.
+func deadMaxPerPartition(opts Options) int {
+	return (opts.DeadMaxPerTopic + opts.BucketSize - 1) / opts.BucketSize
 }

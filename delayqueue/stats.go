@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -20,141 +21,246 @@ type TopicStats struct {
 	Dead     int64 `json:"dead"`
 }
 
-// Topics lists the topics that hold jobs, sorted.
-func (q *Queue) Topics(ctx context.Context) ([]string, error) {
-	var topics []string
-	err := q.withConn(ctx, func(c redis.Conn) error {
+func (s *TopicStats) add(o TopicStats) {
+	s.Delay += o.Delay
+	s.Ready += o.Ready
+	s.Reserved += o.Reserved
+	s.Dead += o.Dead
+}
+
+// partitionCounts is one partition's counts hash, read.
+type partitionCounts struct {
+	topics  map[string]TopicStats
+	dropped map[string]int64 // dead letters dropped, per topic holding jobs
+	// droppedTotal counts the partition's dropped dead letters of every
+	// topic, those gone since included.
+	droppedTotal int64
+}
+
+// partitionCounts reads p's counts hash: fields "<state>,<topic>",
+// "dropped,<topic>", "dropped" and "seq" (see scripts/lib.lua).
+func (q *Queue) partitionCounts(ctx context.Context, p *partition) (partitionCounts, error) {
+	var fields map[string]string
+	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
 		var err error
-		topics, err = redis.Strings(c.Do("SMEMBERS", q.keys.topics()))
+		fields, err = redis.StringMap(c.Do("HGETALL", p.keyAt(keyCounts)))
 		return err
 	})
 	if err != nil {
+		return partitionCounts{}, err
+	}
+	pc := partitionCounts{topics: make(map[string]TopicStats), dropped: make(map[string]int64)}
+	for field, value := range fields {
+		n, _ := strconv.ParseInt(value, 10, 64)
+		kind, topic, ok := strings.Cut(field, ",")
+		if !ok {
+			if field == "dropped" {
+				pc.droppedTotal = n
+			}
+			continue
+		}
+		s := pc.topics[topic]
+		switch kind {
+		case StateDelay:
+			s.Delay = n
+		case StateReady:
+			s.Ready = n
+		case StateReserved:
+			s.Reserved = n
+		case StateDead:
+			s.Dead = n
+		case "dropped":
+			pc.dropped[topic] = n
+			continue
+		default:
+			continue
+		}
+		pc.topics[topic] = s
+	}
+	return pc, nil
+}
+
+// allCounts reads every partition's counts, at once.
+func (q *Queue) allCounts(ctx context.Context) ([]partitionCounts, error) {
+	all := make([]partitionCounts, len(q.partitions))
+	err := q.eachPartition(ctx, func(p *partition) error {
+		pc, err := q.partitionCounts(ctx, p)
+		all[p.number-1] = pc
+		return err
+	})
+	return all, err
+}
+
+// Topics lists the topics that hold jobs, sorted.
+func (q *Queue) Topics(ctx context.Context) ([]string, error) {
+	all, err := q.allCounts(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("topics: %w", err)
+	}
+	seen := make(map[string]bool)
+	var topics []string
+	for _, pc := range all {
+		for t := range pc.topics {
+			if !seen[t] {
+				seen[t] = true
+				topics = append(topics, t)
+			}
+		}
 	}
 	sort.Strings(topics)
 	return topics, nil
 }
 
 // Stats returns the counters of one topic, or of every topic when topic is
-// "".
+// "", summed over the partitions.
 func (q *Queue) Stats(ctx context.Context, topic string) (map[string]TopicStats, error) {
-	topics := []string{topic}
-	if topic == "" {
-		var err error
-		if topics, err = q.Topics(ctx); err != nil {
-			return nil, err
-		}
-	}
-	stats := make(map[string]TopicStats, len(topics))
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		for _, t := range topics {
-			if err := c.Send("HGETALL", q.keys.count(t)); err != nil {
-				return err
-			}
-		}
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		for _, t := range topics {
-			m, err := redis.Int64Map(c.Receive())
-			if err != nil {
-				return err
-			}
-			stats[t] = TopicStats{Delay: m[StateDelay], Ready: m[StateReady], Reserved: m[StateReserved], Dead: m[StateDead]}
-		}
-		return nil
-	})
+	all, err := q.allCounts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
+	}
+	stats := make(map[string]TopicStats)
+	if topic != "" {
+		stats[topic] = TopicStats{}
+	}
+	for _, pc := range all {
+		for t, s := range pc.topics {
+			if topic != "" && t != topic {
+				continue
+			}
+			sum := stats[t]
+			sum.add(s)
+			stats[t] = sum
+		}
 	}
 	return stats, nil
 }
 
-// DeadDropped returns, per topic, how many dead letters were dropped over
-// the cap or past their time to live, since the counters began (shared by
-// every instance).
-func (q *Queue) DeadDropped(ctx context.Context) (map[string]int64, error) {
-	var dropped map[string]int64
-	err := q.withConn(ctx, func(c redis.Conn) error {
-		var err error
-		dropped, err = redis.Int64Map(c.Do("HGETALL", q.keys.deadDropped()))
-		return err
-	})
+// DeadDropped returns, per topic holding jobs, how many of its dead
+// letters were dropped over the cap or past their time to live, and how
+// many were dropped in all, those of topics since gone included (shared
+// by every instance).
+func (q *Queue) DeadDropped(ctx context.Context) (map[string]int64, int64, error) {
+	all, err := q.allCounts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dead dropped: %w", err)
+		return nil, 0, fmt.Errorf("dead dropped: %w", err)
 	}
-	return dropped, nil
+	dropped := make(map[string]int64)
+	var total int64
+	for _, pc := range all {
+		for t, n := range pc.dropped {
+			dropped[t] += n
+		}
+		total += pc.droppedTotal
+	}
+	return dropped, total, nil
 }
 
-// Ready checks that Redis answers and holds every script, loading any it
-// lost (a restart or SCRIPT FLUSH): the server can serve.
+// Ready checks that the engine can serve: the migrations are done, and
+// every partition's Redis answers and holds every script (it loads any it
+// lost: a restart or SCRIPT FLUSH).
 func (q *Queue) Ready(ctx context.Context) error {
-	return q.withConn(ctx, func(c redis.Conn) error {
-		all := q.scripts.all()
-		args := make([]any, 0, len(all)+1)
-		args = append(args, "EXISTS")
-		for _, s := range all {
-			args = append(args, s.Hash())
-		}
-		exists, err := redis.Ints(c.Do("SCRIPT", args...))
-		if err != nil {
-			return err
-		}
-		for i, ok := range exists {
-			if ok == 0 {
-				if err := all[i].Load(c); err != nil {
-					return fmt.Errorf("load script: %w", err)
+	if err := q.started(); err != nil {
+		return err
+	}
+	all := q.scripts.partitionScripts()
+	return q.eachPartition(ctx, func(p *partition) error {
+		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
+			args := make([]any, 0, len(all)+1)
+			args = append(args, "EXISTS")
+			for _, s := range all {
+				args = append(args, s.Hash())
+			}
+			exists, err := redis.Ints(c.Do("SCRIPT", args...))
+			if err != nil {
+				return err
+			}
+			for i, ok := range exists {
+				if ok == 0 {
+					if err := all[i].Load(c); err != nil {
+						return fmt.Errorf("load script: %w", err)
+					}
 				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
 // MaxUpcomingSlots bounds the slots of one Upcoming call.
 const MaxUpcomingSlots = 1440
 
-// Upcoming counts the entries of every bucket due in each of n slots of step
-// from now (Redis' clock): delayed jobs by due time and reserved jobs by the
-// end of their lease. It costs n ZCOUNTs per bucket, pipelined, whatever the
-// number of jobs. It returns the start of the first slot.
+// Upcoming counts the jobs due in each of n slots of step from now (Redis'
+// clock): delayed jobs by due time and reserved jobs by the end of their
+// lease. It costs, per partition, a read of the topics due within the
+// window and two ZLEXCOUNTs per such topic and slot, pipelined: it reads no
+// job. It returns the start of the first slot.
 func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.Time, []int64, error) {
 	if n < 1 || n > MaxUpcomingSlots || step < time.Second {
 		return time.Time{}, nil, fmt.Errorf("upcoming: %w: 1 to %d slots of at least 1s are needed", ErrInvalidJob, MaxUpcomingSlots)
 	}
-	counts := make([]int64, n)
 	var start int64
-	err := q.withConn(ctx, func(c redis.Conn) error {
+	err := q.withConn(ctx, q.partitions[0].key(), func(c redis.Conn) error {
 		t, err := redis.Int64s(c.Do("TIME"))
 		if err != nil {
 			return err
 		}
 		start = t[0]*1000 + t[1]/1000
-		stepMs := step.Milliseconds()
-		for b := 1; b <= q.opts.BucketSize; b++ {
-			for i := 0; i < n; i++ {
-				lo := start + int64(i)*stepMs
-				if err := c.Send("ZCOUNT", q.keys.bucket(b), lo, "("+strconv.FormatInt(lo+stepMs, 10)); err != nil {
-					return err
-				}
-			}
-		}
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		for b := 1; b <= q.opts.BucketSize; b++ {
-			for i := 0; i < n; i++ {
-				v, err := redis.Int64(c.Receive())
-				if err != nil {
-					return err
-				}
-				counts[i] += v
-			}
-		}
 		return nil
 	})
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("upcoming: %w", err)
 	}
+	stepMs := step.Milliseconds()
+	perPartition := make([][]int64, len(q.partitions))
+	err = q.eachPartition(ctx, func(p *partition) error {
+		counts := make([]int64, n)
+		perPartition[p.number-1] = counts
+		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
+			topics, err := redis.Strings(c.Do("ZRANGEBYSCORE", p.keyAt(keyTimers), "-inf", start+int64(n)*stepMs))
+			if err != nil {
+				return err
+			}
+			for _, t := range topics {
+				for _, index := range []int{keyDelayed, keyReserved} {
+					for i := 0; i < n; i++ {
+						lo := start + int64(i)*stepMs
+						if err := c.Send("ZLEXCOUNT", p.keyAt(index), lexTime(t, lo, '['), lexTime(t, lo+stepMs, '(')); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			if err := c.Flush(); err != nil {
+				return err
+			}
+			for range topics {
+				for range 2 {
+					for i := 0; i < n; i++ {
+						v, err := redis.Int64(c.Receive())
+						if err != nil {
+							return err
+						}
+						counts[i] += v
+					}
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("upcoming: %w", err)
+	}
+	counts := make([]int64, n)
+	for _, pc := range perPartition {
+		for i, v := range pc {
+			counts[i] += v
+		}
+	}
 	return time.UnixMilli(start), counts, nil
+}
+
+// lexTime is a ZRANGEBYLEX bound before the members of topic at ms: a
+// "[" bound includes them, a "(" bound stops before them.
+func lexTime(topic string, ms int64, kind byte) string {
+	return string(kind) + topic + "," + fmt.Sprintf("%013d", ms) + ","
 }

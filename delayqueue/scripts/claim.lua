@@ -1,81 +1,71 @@
 -- claim.lua: for each of several pop requests, take up to its count of ready
 -- jobs of its topics (earlier topics first) and lease each for its ttr,
--- atomically: popping an id and recording its lease are one step, so no
+-- atomically: taking a job and recording its lease are one step, so no
 -- crash or lost reply between them can lose the job. Requests are served in
 -- order, as if each ran alone.
--- KEYS: none (built from the ARGV header, see lib.lua).
--- ARGV[ARG] number of requests, ARGV[ARG+1] max stale entries one request
--- skips, then per request: count, number of topics n, n topics.
--- Reply: {now ms, then per request: stale entries skipped, jobs claimed m,
--- and 5 values per job: id, topic, ttr, attempts, body}.
--- A popped id whose job is gone, not ready, or now in another topic is a
--- stale entry (of a deleted, finished or re-pushed job) and is dropped.
+-- KEYS: the partition's (see lib.lua), then the wake-up lists of every
+-- topic the requests name.
+-- ARGV[ARG] number of requests, then per request: count, number of topics
+-- n, n topics.
+-- Reply: {now ms, then per request: jobs claimed m, and 5 values per job:
+-- id, topic, ttr, attempts, body}.
 local requests = tonumber(ARGV[ARG])
-local max_skip = tonumber(ARGV[ARG + 1])
 local now = now_ms()
 local reply = {now}
-local moved = {}    -- jobs claimed per topic, for the counters
-local touched = {}  -- every topic listed, once
-local listed = {}
--- Leases go to their buckets at the end, one ZADD per bucket.
-local leases, buckets = {}, {}
-local a = ARG + 2
+local a = ARG + 1
 for _ = 1, requests do
   local want, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local first_topic = a + 2
   a = first_topic + n
-  local skipped, claimed = 0, 0
   local head = #reply
   reply[head + 1] = 0
-  reply[head + 2] = 0
+  local claimed = 0
   for i = first_topic, first_topic + n - 1 do
+    if claimed >= want then
+      break
+    end
     local topic = ARGV[i]
-    if not listed[topic] then
-      listed[topic] = true
-      touched[#touched + 1] = topic
-    end
-    local ready = ready_key(topic)
-    while claimed < want and skipped < max_skip do
-      local id = redis.call('LPOP', ready)
-      if not id then
-        break
+    local members = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic), 'LIMIT', 0, want - claimed)
+    if #members > 0 then
+      -- Taken out at once: a later request of this call must not see them.
+      redis.call('ZREM', READY, unpack(members))
+      local ids = {}
+      for k, m in ipairs(members) do
+        ids[k] = id_of(m, READY)
       end
-      local job = job_key(id)
-      local f = redis.call('HMGET', job, 's', 't', 'r', 'a', 'k', 'n', 'b1', 'b2')
-      if f[1] == 'ready' and f[2] == topic then
-        local attempts = tonumber(f[4]) + 1
-        local lease = int(now + tonumber(f[3]) * 1000)
-        redis.call('HSET', job, 's', 'reserved', 'a', int(attempts), 'l', lease)
-        moved[topic] = (moved[topic] or 0) + 1
-        local bucket = bucket_key(f[5])
-        append_to(leases, buckets, bucket, lease)
-        append_to(leases, buckets, bucket, id)
-        reply[#reply + 1] = id
-        reply[#reply + 1] = topic
-        reply[#reply + 1] = tonumber(f[3])
-        reply[#reply + 1] = attempts
-        reply[#reply + 1] = read_small_body(job, f[6], f[7], f[8])
-        claimed = claimed + 1
-      else
-        skipped = skipped + 1
+      get_many(ids)
+      for _, id in ipairs(ids) do
+        local job = get(id)
+        if job and job.s == 'ready' and job.topic == topic then
+          -- Its ready entry is gone already: leave() must not remove it again.
+          count('ready', topic, -1)
+          job.q = job.x
+          job.s, job.x = 'reserved', time13(now + tonumber(job.r) * 1000)
+          job.a = job.a + 1
+          put(id, job)
+          enter(id, job)
+          reply[#reply + 1] = id
+          reply[#reply + 1] = topic
+          reply[#reply + 1] = tonumber(job.r)
+          reply[#reply + 1] = job.a
+          reply[#reply + 1] = body_of(id, job)
+          claimed = claimed + 1
+        end
       end
     end
+    touch_topic(topic)
   end
-  reply[head + 1] = skipped
-  reply[head + 2] = claimed
+  reply[head + 1] = claimed
 end
-for _, bucket in ipairs(buckets) do
-  redis.call('ZADD', bucket, unpack(leases[bucket]))
-end
--- A topic that still has ready ids keeps at least one wake-up token, so
--- other held pops are not left sleeping.
-for _, topic in ipairs(touched) do
-  if moved[topic] then
-    count(topic, 'reserved', moved[topic])
-    count(topic, 'ready', -moved[topic])
-  end
-  if redis.call('LLEN', wake_key(topic)) == 0 and redis.call('LLEN', ready_key(topic)) > 0 then
-    signal(topic, 1)
+flush()
+-- A topic that still has ready jobs keeps at least one wake-up token, so
+-- that other held pops are not left sleeping.
+for i = 1, tonumber(ARGV[4]) do
+  local topic = ARGV[4 + i]
+  local wake = WAKE[topic]
+  if redis.call('LLEN', wake) == 0 and
+      #redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic), 'LIMIT', 0, 1) > 0 then
+    signal_key(wake, 1)
   end
 end
 return reply

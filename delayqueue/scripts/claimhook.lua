@@ -1,39 +1,40 @@
 -- claimhook.lua: take up to count ready jobs that have a callback and lease
 -- each for its ttr (the call's timeout plus a margin), atomically, for a
 -- webhook dispatcher. Two dispatchers never hold one job at once.
--- KEYS: none (built from the ARGV header, see lib.lua).
--- ARGV[ARG] count, ARGV[ARG+1] max stale entries to skip.
+-- KEYS: the partition's (see lib.lua).
+-- ARGV[ARG] count.
 -- Reply: {now ms, then 5 values per job: id, topic, attempts, body,
 -- callback JSON}.
 local want = tonumber(ARGV[ARG])
-local max_skip = tonumber(ARGV[ARG + 1])
 local now = now_ms()
 local reply = {now}
-local claimed, skipped = 0, 0
-while claimed < want and skipped < max_skip do
-  local id = redis.call('LPOP', HOOKS)
-  if not id then
-    break
-  end
-  local job = job_key(id)
-  local f = redis.call('HMGET', job, 's', 't', 'r', 'a', 'k', 'n', 'cb')
-  if f[1] == 'ready' and f[7] then
-    local attempts = tonumber(f[4]) + 1
-    local lease = now + tonumber(f[3]) * 1000
-    set_state(job, f[2], 'ready', 'reserved')
-    redis.call('HSET', job, 'a', int(attempts), 'l', int(lease))
-    redis.call('ZADD', bucket_key(f[5]), int(lease), id)
+local members = redis.call('ZRANGE', HOOKS, 0, want - 1)
+if #members > 0 then
+  redis.call('ZREM', HOOKS, unpack(members))
+end
+local ids = {}
+for i, m in ipairs(members) do
+  ids[i] = id_of(m, HOOKS)
+end
+get_many(ids)
+for _, id in ipairs(ids) do
+  local job = get(id)
+  if job and job.s == 'ready' and job.cb ~= '' then
+    count('ready', job.topic, -1)
+    job.q = job.x
+    job.s, job.x = 'reserved', time13(now + tonumber(job.r) * 1000)
+    job.a = job.a + 1
+    put(id, job)
+    enter(id, job)
     reply[#reply + 1] = id
-    reply[#reply + 1] = f[2]
-    reply[#reply + 1] = attempts
-    reply[#reply + 1] = read_body(job, f[6])
-    reply[#reply + 1] = f[7]
-    claimed = claimed + 1
-  else
-    skipped = skipped + 1
+    reply[#reply + 1] = job.topic
+    reply[#reply + 1] = job.a
+    reply[#reply + 1] = body_of(id, job)
+    reply[#reply + 1] = job.cb
   end
 end
-if redis.call('LLEN', HOOK_WAKE) == 0 and redis.call('LLEN', HOOKS) > 0 then
+flush()
+if redis.call('LLEN', HOOK_WAKE) == 0 and redis.call('ZCARD', HOOKS) > 0 then
   signal_key(HOOK_WAKE, 1)
 end
 return reply

@@ -1,19 +1,25 @@
--- deaddelete.lua: delete dead letters of a topic: one id, or a batch of the
--- oldest (the server calls it again until none are left).
--- KEYS: none (built from the ARGV header, see lib.lua).
--- ARGV[ARG] topic, ARGV[ARG+1] id ('' for a batch), ARGV[ARG+2] batch size.
+-- deaddelete.lua: delete dead letters of a topic: the ids given, or (none
+-- given) a batch of the oldest; the server calls it again until none are
+-- left.
+-- KEYS: the partition's (see lib.lua).
+-- ARGV[ARG] topic, ARGV[ARG+1] batch size, ARGV[ARG+2..] ids.
 -- Reply: the number deleted.
-local topic, id = ARGV[ARG], ARGV[ARG + 1]
-local ids = dead_ids(topic, id, tonumber(ARGV[ARG + 2]))
+local topic = ARGV[ARG]
+local ids = {}
+for i = ARG + 2, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+end
+if #ids == 0 then
+  ids = dead_ids(topic, tonumber(ARGV[ARG + 1]))
+end
+get_many(ids)
 local deleted = 0
 for _, id in ipairs(ids) do
-  local job = job_key(id)
-  local f = redis.call('HMGET', job, 's', 't')
-  if f[1] == 'dead' and f[2] == topic then
-    remove_job(id, job, topic, 'dead', nil)
+  local job = get(id)
+  if job and job.s == 'dead' and job.topic == topic then
+    remove(id, job)
     deleted = deleted + 1
-  elseif not f[1] then
-    redis.call('ZREM', dead_key(topic), id)
   end
 end
+flush()
 return deleted

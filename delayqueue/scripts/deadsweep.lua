@@ -1,9 +1,11 @@
--- deadsweep.lua: enforce the dead letters' cap and time to live for topics.
--- KEYS: none (built from the ARGV header, see lib.lua).
+-- deadsweep.lua: enforce the dead letters' cap and time to live for topics
+-- of the partition.
+-- KEYS: the partition's (see lib.lua).
 -- ARGV[ARG..] topics.
--- Reply: 1.
+-- Reply: the dead letters dropped.
 local now = now_ms()
+local dropped = 0
 for i = ARG, #ARGV do
-  trim_dead(ARGV[i], now)
+  dropped = dropped + trim_dead(ARGV[i], now)
 end
-return 1
+return dropped

@@ -1,6 +1,6 @@
 -- delete.lua: remove jobs in any state, dead letters included.
--- KEYS: none (built from the ARGV header, see lib.lua).
+-- KEYS: the partition's (see lib.lua).
 -- ARGV[ARG..] ids.
--- Reply: per id, a status (1 deleted, 0 unknown) and the job's topic ('' when
--- unknown).
+-- Reply: per id, a status (1 deleted, 0 unknown) and the job's topic (''
+-- when unknown).
 return remove_jobs(ARG, false)

@@ -1,21 +1,22 @@
 -- kick.lua: send dead letters of a topic back to ready, attempts reset.
--- KEYS: none (built from the ARGV header, see lib.lua).
--- ARGV[ARG] topic, ARGV[ARG+1] id ('' for the oldest), ARGV[ARG+2] how many
--- of the oldest (when no id).
+-- KEYS: the partition's (see lib.lua), then the topic's wake-up list.
+-- ARGV[ARG] topic, ARGV[ARG+1..] ids (the server picks the oldest of every
+-- partition's).
 -- Reply: the ids kicked.
-local topic, id = ARGV[ARG], ARGV[ARG + 1]
-local ids = dead_ids(topic, id, tonumber(ARGV[ARG + 2]))
+local topic = ARGV[ARG]
+local ids = {}
+for i = ARG + 1, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+end
+get_many(ids)
 local kicked = {}
 for _, id in ipairs(ids) do
-  local job = job_key(id)
-  local f = redis.call('HMGET', job, 's', 't')
-  if f[1] == 'dead' and f[2] == topic then
-    redis.call('ZREM', dead_key(topic), id)
-    set_state(job, topic, 'dead', 'ready')
-    redis.call('HSET', job, 'a', '0')
-    redis.call('HDEL', job, 'dr', 'dt')
-    make_ready(id, job, topic, false)
+  local job = get(id)
+  if job and job.s == 'dead' and job.topic == topic then
+    job.a, job.dr, job.dt, job.ls, job.le, job.lb = 0, '', '0', '0', '', ''
+    make_ready(id, job)
     kicked[#kicked + 1] = id
   end
 end
+flush()
 return kicked

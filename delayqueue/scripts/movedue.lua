@@ -1,62 +1,93 @@
--- movedue.lua: handle up to a batch of due entries of one bucket,
--- atomically: a delayed job whose time has come becomes ready; a reserved job
--- whose lease ran out ends that delivery as failed (ready again, scheduled by
--- its retry schedule, or dead-lettered when its attempts are used up).
--- KEYS[1] the bucket.
+-- movedue.lua: handle up to a batch of the partition's due work, atomically:
+-- delayed jobs whose time has come become ready; reserved jobs whose lease
+-- ran out end that delivery as failed (ready again, scheduled by their
+-- retry schedule, or dead-lettered when their attempts are used up).
+-- The topics come from timers; their wake-up lists are not known before
+-- the call, so the reply names the topics to signal (signal.lua).
+-- KEYS: the partition's (see lib.lua).
 -- ARGV[ARG] batch size.
--- Reply: {entries handled, next due ms or -1, now ms, oldest due ms handled
--- or -1, then per expired lease: its topic and the job's new state}.
-local bucket = KEYS[1]
+-- Reply: {jobs handled, next due ms or -1, now ms, oldest due ms handled
+-- or -1, expired leases e, then per expired lease its topic and the job's
+-- new state, then the topics to signal: n, and n pairs topic, tokens}.
+local budget = tonumber(ARGV[ARG])
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', int(now), 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[ARG]))
-local ids = {}
-for i = 1, #due, 2 do
-  ids[#ids + 1] = due[i]
-end
-if #ids > 0 then
-  -- Removed first: a failed delivery may be scheduled again in this bucket.
-  redis.call('ZREM', bucket, unpack(ids))
-end
-local moved = {}
-local order = {}
-local oldest = -1
+local handled, oldest = 0, -1
 local expired = {}
-for i = 1, #due, 2 do
-  local id = due[i]
-  local job = job_key(id)
-  local f = redis.call('HMGET', job, 's', 't', 'cb')
-  if oldest < 0 then
-    oldest = tonumber(due[i + 1])
+local topics = redis.call('ZRANGEBYSCORE', TIMERS, '-inf', int(now), 'LIMIT', 0, 100)
+for _, topic in ipairs(topics) do
+  if handled >= budget then
+    break
   end
-  if f[1] == 'delay' and f[3] then
-    set_state(job, f[2], 'delay', 'ready')
-    make_ready(id, job, f[2], false)
-  elseif f[1] == 'delay' then
-    -- Counted per topic after the loop.
-    redis.call('HSET', job, 's', 'ready')
-    redis.call('RPUSH', ready_key(f[2]), id)
-    if not moved[f[2]] then
-      moved[f[2]] = 0
-      order[#order + 1] = f[2]
+  local asked = budget - handled
+  local due = redis.call('ZRANGEBYLEX', DELAYED, topic_min(topic), topic_until(topic, now), 'LIMIT', 0, asked)
+  local leases = {}
+  local complete = #due < asked
+  if complete then
+    leases = redis.call('ZRANGEBYLEX', RESERVED, topic_min(topic), topic_until(topic, now), 'LIMIT', 0, asked - #due)
+    complete = #leases < asked - #due
+  end
+  local ids = {}
+  for i, m in ipairs(due) do
+    ids[i] = id_of(m, DELAYED)
+  end
+  for _, m in ipairs(leases) do
+    ids[#ids + 1] = id_of(m, RESERVED)
+  end
+  get_many(ids)
+  for i, m in ipairs(due) do
+    local id = ids[i]
+    local job = get(id)
+    if job and job.s == 'delay' and member(id, job) == m then
+      local t = tonumber(job.x)
+      if oldest < 0 or t < oldest then
+        oldest = t
+      end
+      make_ready(id, job)
+    else
+      index_op(DELAYED, m, false) -- an entry no job matches: drop it
     end
-    moved[f[2]] = moved[f[2]] + 1
-  elseif f[1] == 'reserved' then
-    expired[#expired + 1] = f[2]
-    expired[#expired + 1] = fail_delivery(id, job, 'ttr-expired', tonumber(due[i + 1]), nil, now)
+    handled = handled + 1
+  end
+  for i, m in ipairs(leases) do
+    local id = ids[#due + i]
+    local job = get(id)
+    if job and job.s == 'reserved' and member(id, job) == m then
+      expired[#expired + 1] = topic
+      expired[#expired + 1] = fail_delivery(id, job, 'ttr-expired', tonumber(job.x), nil, now)
+    else
+      index_op(RESERVED, m, false)
+    end
+    handled = handled + 1
+  end
+  -- Handled in full: the topic's next time here is its first delayed job
+  -- or lease end after now (jobs this call rescheduled are added to timers
+  -- by the flush). Otherwise its timer stays due, for the next call.
+  if complete then
+    local next_at
+    for _, index in ipairs({DELAYED, RESERVED}) do
+      local first = redis.call('ZRANGEBYLEX', index, '[' .. topic .. ',' .. time13(now + 1) .. ',', topic_max(topic), 'LIMIT', 0, 1)
+      if #first > 0 then
+        local at = tonumber(string.match(first[1], ',(%d+),', #topic + 1))
+        if not next_at or at < next_at then
+          next_at = at
+        end
+      end
+    end
+    if next_at then
+      redis.call('ZADD', TIMERS, int(next_at), topic)
+    else
+      redis.call('ZREM', TIMERS, topic)
+    end
   end
 end
-for _, topic in ipairs(order) do
-  count(topic, 'ready', moved[topic])
-  count(topic, 'delay', -moved[topic])
-  signal(topic, moved[topic])
-end
+commit(now)
 local next_due = -1
-local first = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', TIMERS, 0, 0, 'WITHSCORES')
 if first[2] then
   next_due = tonumber(first[2])
 end
-local reply = {#ids, next_due, now, oldest}
+local reply = {handled, next_due, now, oldest, #expired / 2}
 for _, v in ipairs(expired) do
   reply[#reply + 1] = v
 end
-return reply
+return unsignaled_reply(reply)

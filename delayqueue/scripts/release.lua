@@ -1,17 +1,19 @@
 -- release.lua: a consumer gives a reserved job back; that delivery ends as
 -- failed now. The job is scheduled by its retry schedule (or the given
 -- delay), or dead-lettered when its attempts are used up.
--- KEYS: none (built from the ARGV header, see lib.lua).
+-- KEYS: the partition's (see lib.lua), then possibly the wake-up list of
+-- the job's topic (the caller may not know it; the reply then names the
+-- topic to signal).
 -- ARGV[ARG] id, ARGV[ARG+1] delay ms overriding the schedule (-1: none),
 -- ARGV[ARG+2] the delivery's attempt number (0: not checked), ARGV[ARG+3]
 -- the reason recorded if it dies ('released', or 'callback-failed' from the
 -- webhook dispatcher, which also gives ARGV[ARG+4..6]: the call's status,
 -- error and the start of the response, kept for /get).
--- Reply: {status, state or '', due ms, topic}: status 1 released, 0 unknown id,
--- -1 not reserved (state given), -2 stale delivery (attempt differs).
+-- Reply: {status, state or '', due ms, topic, then the topics to signal: n
+-- and n pairs topic, tokens}: status 1 released, 0 unknown id, -1 not
+-- reserved (state given), -2 stale delivery (attempt differs).
 local id = ARGV[ARG]
-local job = job_key(id)
-local f, refusal = held_delivery(job, ARGV[ARG + 2], 's', 'a', 'k', 't')
+local job, refusal = held_delivery(id, ARGV[ARG + 2])
 if refusal then
   return refusal
 end
@@ -20,13 +22,13 @@ local override = tonumber(ARGV[ARG + 1])
 if override < 0 then
   override = nil
 end
-redis.call('ZREM', bucket_key(f[3]), id)
 if ARGV[ARG + 3] == 'callback-failed' then
-  redis.call('HSET', job, 'ls', ARGV[ARG + 4], 'le', ARGV[ARG + 5], 'lb', ARGV[ARG + 6])
+  job.ls, job.le, job.lb = ARGV[ARG + 4], ARGV[ARG + 5], ARGV[ARG + 6]
 end
 local state = fail_delivery(id, job, ARGV[ARG + 3], now, override, now)
+commit(now)
 local due = now
 if state == 'delay' then
-  due = tonumber(redis.call('ZSCORE', bucket_key(f[3]), id))
+  due = tonumber(job.d)
 end
-return {1, state, due, f[4]}
+return unsignaled_reply({1, state, due, job.topic})

@@ -1,18 +1,26 @@
 -- unclaim.lua: give back a delivery that could not be handed to a live
 -- consumer (it left while the job was claimed for it): the job is ready
--- again at once, at the head of its list, and the delivery is not counted.
--- KEYS: none (built from the ARGV header, see lib.lua).
+-- again at once, in the place it had, and the delivery is not counted.
+-- KEYS: the partition's (see lib.lua), then the wake-up list of the job's
+-- topic.
 -- ARGV[ARG] id, ARGV[ARG+1] the attempts value of that delivery.
 -- Reply: 1 given back, 0 the job had moved on (finished, re-pushed...).
 local id = ARGV[ARG]
-local job = job_key(id)
-local f = redis.call('HMGET', job, 's', 'a', 'k', 't')
-if f[1] ~= 'reserved' or f[2] ~= ARGV[ARG + 1] then
+local job = get(id)
+if not job or job.s ~= 'reserved' or int(job.a) ~= ARGV[ARG + 1] then
   return 0
 end
-redis.call('ZREM', bucket_key(f[3]), id)
-set_state(job, f[4], 'reserved', 'ready')
-redis.call('HSET', job, 'a', int(tonumber(f[2]) - 1))
-redis.call('HDEL', job, 'l')
-make_ready(id, job, f[4], true)
+local pos = job.q
+if pos == '0' then
+  pos = ready_position()
+end
+job.a = job.a - 1
+job.q = '0'
+move(id, job, 'ready', pos)
+if job.cb ~= '' then
+  signal(nil, 1)
+else
+  signal(job.topic, 1)
+end
+flush()
 return 1

@@ -1,0 +1,47 @@
+package delayqueue
+
+import "context"
+
+// partition is one of the Queue's partitions: its hash tag and keys, the
+// scanner that moves its due work, the loops that wait on its wake-up
+// lists, and the lanes in which concurrent calls to it share script calls.
+// Every script call goes to one partition, so to one Redis Cluster slot.
+type partition struct {
+	number int    // 1..BucketSize
+	tag    string // "{...}", the start of every key of the partition
+	// keys are the partition's keys in the scripts' KEYS order, boxed once.
+	keys []any
+
+	scanner *scanner
+	loops   []*dispatchLoop
+
+	pushes   *lanes[pushCall, pushReply]
+	claims   *lanes[claimBatch, [][]*Delivery]
+	finishes *lanes[[]any, []removal]
+	deletes  *lanes[[]any, []removal]
+}
+
+func newPartition(q *Queue, number, loops int) *partition {
+	p := &partition{number: number, tag: q.keys.partitionTag(number, q.opts.BucketSize)}
+	for _, k := range q.keys.partitionKeys(p.tag) {
+		p.keys = append(p.keys, k)
+	}
+	p.scanner = newScanner(q, p)
+	for i := 0; i < loops; i++ {
+		p.loops = append(p.loops, newDispatchLoop(q, p, i))
+	}
+	p.pushes = newLanes(MaxPushBatchJobs, func(c pushCall) int { return len(c.jobs) },
+		func(ctx context.Context, calls []pushCall) ([]pushReply, error) { return q.execPushes(ctx, p, calls) })
+	p.claims = newLanes(maxClaimsPerCall, claimBatch.size,
+		func(ctx context.Context, calls []claimBatch) ([][][]*Delivery, error) { return q.execClaims(ctx, p, calls) })
+	idCount := func(ids []any) int { return len(ids) }
+	p.finishes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.finish))
+	p.deletes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.remove))
+	return p
+}
+
+// key is the partition's first key: the one routing its calls.
+func (p *partition) key() string { return p.keys[keyJobs].(string) }
+
+// keyAt is the partition's key at index i (keyJobs...).
+func (p *partition) keyAt(i int) string { return p.keys[i].(string) }
