@@ -207,27 +207,27 @@ func (q *Queue) sweepDeadLetters(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		failed := false
+		var failure error
+		script := ""
 		for _, p := range q.partitions {
-			if err := q.sweepPartition(ctx, p); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				q.health.failed(loopDeadSweeper, "deadsweep.lua", err)
-				failed = true
+			if s, err := q.sweepPartition(ctx, p); err != nil && failure == nil {
+				failure, script = err, s
 			}
 		}
-		if !failed {
-			q.health.ok(loopDeadSweeper)
+		if failure != nil {
+			health.failed(script, failure)
+			continue
 		}
+		health.ok()
 	}
 }
 
 // sweepPartition trims the dead letters of every topic of p that has some.
-func (q *Queue) sweepPartition(ctx context.Context, p *partition) error {
+// On failure it names the script or command that failed.
+func (q *Queue) sweepPartition(ctx context.Context, p *partition) (string, error) {
 	counts, err := q.partitionCounts(ctx, p)
 	if err != nil {
-		return err
+		return "HGETALL", err
 	}
 	var topics []any
 	for topic, s := range counts.topics {
@@ -237,8 +237,8 @@ func (q *Queue) sweepPartition(ctx context.Context, p *partition) error {
 	}
 	for start := 0; start < len(topics); start += 100 {
 		if _, err := q.call(ctx, p, q.scripts.deadSweep, nil, topics[start:min(start+100, len(topics))]...); err != nil {
-			return err
+			return "deadsweep.lua", err
 		}
 	}
-	return nil
+	return "", nil
 }

@@ -85,7 +85,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			conn.Close()
 		}
 	}()
-	wait := l.q.opts.ScanInterval
+	block := dispatchBlock(l.q.opts)
 	backoff := 100 * time.Millisecond
 	hookKey := l.p.keyAt(keyHookWake)
 	wakePrefix := l.q.keys.wakePrefix(l.p.tag)
@@ -95,23 +95,22 @@ func (l *dispatchLoop) run(ctx context.Context) {
 		hooks := l.listensForHooks()
 		if len(topics) == 0 && !hooks {
 			l.setBlocked(false)
-			l.q.health.ok(loopDispatcher)
+			health.idle()
 			select {
 			case <-l.changed:
 			case <-ctx.Done():
-			case <-time.After(wait):
 			}
 			health.ok()
 			continue
 		}
 		if conn == nil {
-			c, err := l.q.rdb.Dial(l.control)
+			c, err := l.q.rdb.Dial(ctx, l.control)
 			if err != nil {
 				l.setBlocked(false)
 				l.q.noteRedis(err)
-				l.q.health.failed(loopDispatcher, "BLPOP", err)
+				health.failed("BLPOP", fmt.Errorf("%w: %w", ErrUnavailable, err))
 				sleepCtx(ctx, backoff)
-				backoff = min(backoff*2, wait)
+				backoff = min(backoff*2, block)
 				continue
 			}
 			conn = c
@@ -123,43 +122,83 @@ func (l *dispatchLoop) run(ctx context.Context) {
 		if hooks {
 			args = append(args, hookKey)
 		}
-		args = append(args, l.control, int(dispatchBlock(l.q.opts)/time.Second))
-		reply, err := redis.Strings(redis.DoWithTimeout(conn, wait+5*time.Second, "BLPOP", args...))
+		args = append(args, l.control, int(block/time.Second))
+		reply, err := redis.Strings(redis.DoWithTimeout(conn, block+5*time.Second, "BLPOP", args...))
 		l.setBlocked(false)
 		switch {
 		case err == redis.ErrNil:
 			// Timed out: the safety net. Try every topic, in case a token was
 			// lost with a killed process or a dropped connection.
 			l.q.noteRedis(nil)
-			l.q.health.ok(loopDispatcher)
-			for _, t := range topics {
-				for l.serve(ctx, t) {
-				}
-			}
 			if hooks {
 				l.q.waiters.hookToken()
 			}
+			err = l.serveEvery(ctx, topics, health)
 		case err != nil:
 			// Also a BLPOP unblocked because its slot moved (MOVED): the
 			// next Dial finds the new owner.
 			conn.Close()
 			conn = nil
-			l.q.noteRedis(err)
-			l.q.health.failed(loopDispatcher, "BLPOP", err)
+			loopErr := blockingError(err)
+			if errors.Is(loopErr, ErrUnavailable) {
+				l.q.noteRedis(err)
+			} else {
+				l.q.noteRedis(nil) // Redis answered, with an error
+			}
+			health.failed("BLPOP", loopErr)
 			sleepCtx(ctx, backoff)
-			backoff = min(backoff*2, wait)
+			backoff = min(backoff*2, block)
 			continue
 		default:
 			backoff = 100 * time.Millisecond
 			l.q.noteRedis(nil)
-			l.q.health.ok(loopDispatcher)
 			switch key := reply[0]; {
 			case key == l.control:
 			case key == hookKey:
 				l.q.waiters.hookToken()
 			default:
-				l.serve(ctx, strings.TrimPrefix(key, wakePrefix))
+				_, err = l.serve(ctx, strings.TrimPrefix(key, wakePrefix))
 			}
+		}
+		if err != nil {
+			health.failed("claim.lua", err)
+			continue
+		}
+		health.ok()
+	}
+}
+
+// dispatchBlock is how long one BLPOP of a dispatch loop blocks: the scan
+// interval, in whole seconds, at least one.
+func dispatchBlock(opts Options) time.Duration {
+	return max(opts.ScanInterval.Truncate(time.Second), time.Second)
+}
+
+// blockingError is err, of a loop's own connection, wrapped in
+// ErrUnavailable unless Redis answered it (as withConn does for pooled
+// ones).
+func blockingError(err error) error {
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// serveEvery serves every topic until none hands out a job. Each serve
+// that handed some out counts as a round, so that a long burst does not
+// make the loop look stuck.
+func (l *dispatchLoop) serveEvery(ctx context.Context, topics []string, health *loopRun) error {
+	for _, t := range topics {
+		for {
+			served, err := l.serve(ctx, t)
+			if err != nil {
+				return err
+			}
+			if !served {
+				break
+			}
+			health.ok()
 		}
 	}
 	return nil
@@ -175,8 +214,14 @@ const serveRounds = 10
 // for the first waiter, and while every waiter of a round got all it asked
 // for (more may be ready, as in a burst), for twice as many waiters in the
 // next round, all in one script call. It reports whether a job was handed
-// out.
-func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
+// out, and the error of a claim that failed.
+//
+// One loop at a time serves a topic, whatever its partition: a loop holds
+// the waiters it checked out while it claims, and another partition's loop
+// would otherwise serve the waiters behind them first.
+func (l *dispatchLoop) serve(ctx context.Context, topic string) (bool, error) {
+	unlock := l.q.waiters.serving(topic)
+	defer unlock()
 	served := false
 	for round, jobs := 0, 1; round < serveRounds; round, jobs = round+1, min(2*jobs, maxClaimsPerCall) {
 		ws := l.q.waiters.checkout(topic, jobs)
@@ -186,7 +231,7 @@ func (l *dispatchLoop) serve(ctx context.Context, topic string) bool {
 			}
 			return served, nil
 		}
-		all, some := l.claimFor(ws)
+		all, some, err := l.claimFor(ws)
 		served = served || some
 		if err != nil || !all || ctx.Err() != nil {
 			return served, err
@@ -207,7 +252,7 @@ func (l *dispatchLoop) returnToken(topic string) {
 // hands each its jobs. Those left empty-handed queue again at the front,
 // in their order. all reports whether every waiter got as many jobs as it
 // asked for; some, whether any got one.
-func (l *dispatchLoop) claimFor(ws []*waiter) (all, some bool) {
+func (l *dispatchLoop) claimFor(ws []*waiter) (all, some bool, err error) {
 	calls := make([]claimCall, len(ws))
 	for i, w := range ws {
 		calls[i] = claimCall{topics: w.topics, count: w.count}
@@ -216,7 +261,6 @@ func (l *dispatchLoop) claimFor(ws []*waiter) (all, some bool) {
 	defer cancel()
 	results, err := l.q.claimOn(ctx, l.p, calls)
 	if err != nil {
-		l.q.health.failed(loopDispatcher, "claim.lua", err)
 		results = make([][]*Delivery, len(ws))
 	}
 	all = true

@@ -24,7 +24,7 @@ type Redis interface {
 	Do(ctx context.Context, key string, f func(redis.Conn) error) error
 	// Dial opens a connection of its own to the server holding key, for a
 	// blocking loop.
-	Dial(key string) (redis.Conn, error)
+	Dial(ctx context.Context, key string) (redis.Conn, error)
 }
 
 // Options configure a Queue.
@@ -106,7 +106,7 @@ type Queue struct {
 
 	partitions []*partition
 	waiters    *waiterRegistry
-	health     *loopHealth
+	health     *loopMonitor
 	// nextClaim rotates the partition a Pop tries first.
 	nextClaim atomic.Uint32
 
@@ -185,7 +185,7 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 	}
 	loops := loopsPerPartition(opts.BucketSize)
 	q.waiters = newWaiterRegistry(loops)
-	q.health = newLoopHealth(logger, q.obs)
+	q.health = newLoopMonitor(logger, q.obs, time.Now, loopKinds(opts)...)
 	for n := 1; n <= opts.BucketSize; n++ {
 		q.partitions = append(q.partitions, newPartition(q, n, loops))
 	}
@@ -274,6 +274,10 @@ func loadAll(c redis.Conn, all []*redis.Script) error {
 	}
 	return nil
 }
+
+// Started is closed once Run has brought older layouts' jobs over and the
+// engine serves.
+func (q *Queue) Started() <-chan struct{} { return q.ready }
 
 // started returns ErrStarting until Run has finished the migrations.
 func (q *Queue) started() error {

@@ -51,17 +51,35 @@ func testRedisOptions(addr string) RedisOptions {
 		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
 }
 
+// poolRedis reaches one Redis through a pool (until the engine's tests
+// move to redisconn).
+type poolRedis struct {
+	pool *redis.Pool
+	dial func() (redis.Conn, error)
+}
+
+func (r poolRedis) Do(ctx context.Context, _ string, f func(redis.Conn) error) error {
+	c, err := r.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(c)
+}
+
+func (r poolRedis) Dial(context.Context, string) (redis.Conn, error) { return r.dial() }
+
 // newTestQueue builds a queue on addr and runs it until the test ends.
 func newTestQueue(t *testing.T, addr string, mutate ...func(*Options)) *Queue {
 	t.Helper()
 	ro := testRedisOptions(addr)
 	pool := NewPool(ro)
 	opts := Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 30 * time.Second, Dial: ro.Dial}
+		BlockTimeout: 30 * time.Second, CheckKeys: true}
 	for _, m := range mutate {
 		m(&opts)
 	}
-	q, err := New(pool, opts, testLogger(t))
+	q, err := New(poolRedis{pool, ro.Dial}, opts, testLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -79,6 +97,13 @@ func newTestQueue(t *testing.T, addr string, mutate ...func(*Options)) *Queue {
 		<-done
 		pool.Close()
 	})
+	select {
+	case <-q.Started():
+	case <-done:
+		t.Fatal("Run returned before the queue started")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queue did not start within 10s")
+	}
 	return q
 }
 
@@ -138,28 +163,68 @@ func TestPushPopFinish(t *testing.T) {
 		if err := q.Finish(ctx, "unknown"); err != nil {
 			t.Fatalf("finish unknown: %v", err)
 		}
-		assertNoKeysLeft(t, addr, "dq_job:o1")
+		assertNoTraces(t, addr, "order", "o1")
 	})
 }
 
-// assertNoKeysLeft checks the job left nothing behind in its buckets.
-func assertNoKeysLeft(t *testing.T, addr, jobKey string) {
+// assertNoTraces checks that nothing in Redis names any of needles (a
+// topic, a job id) any more: no key, hash field or value, set or sorted-set
+// member, or list element.
+func assertNoTraces(t *testing.T, addr string, needles ...string) {
 	t.Helper()
 	c, err := testRedisOptions(addr).Dial()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	n, err := redis.Int(c.Do("EXISTS", jobKey))
-	if err != nil || n != 0 {
-		t.Fatalf("%s still exists (%d, %v)", jobKey, n, err)
+	if found := traces(t, c, needles...); len(found) > 0 {
+		t.Fatalf("still in Redis:\n%s", strings.Join(found, "\n"))
 	}
-	for i := 1; i <= 3; i++ {
-		card, _ := redis.Int(c.Do("ZCARD", fmt.Sprintf("dq_bucket_%d", i)))
-		if card != 0 {
-			t.Fatalf("dq_bucket_%d holds %d entries", i, card)
+}
+
+// traces lists what in the connection's database names one of needles.
+func traces(t *testing.T, c redis.Conn, needles ...string) []string {
+	t.Helper()
+	keys, err := redis.Strings(c.Do("KEYS", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	names := func(s string) bool {
+		for _, n := range needles {
+			if strings.Contains(s, n) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, k := range keys {
+		if names(k) {
+			found = append(found, "key "+k)
+			continue
+		}
+		typ, _ := redis.String(c.Do("TYPE", k))
+		var items []string
+		switch typ {
+		case "hash":
+			items, _ = redis.Strings(c.Do("HGETALL", k))
+		case "zset":
+			items, _ = redis.Strings(c.Do("ZRANGE", k, 0, -1))
+		case "set":
+			items, _ = redis.Strings(c.Do("SMEMBERS", k))
+		case "list":
+			items, _ = redis.Strings(c.Do("LRANGE", k, 0, -1))
+		case "string":
+			v, _ := redis.String(c.Do("GET", k))
+			items = []string{v}
+		}
+		for _, item := range items {
+			if names(item) {
+				found = append(found, fmt.Sprintf("%s %s: %q", typ, k, item))
+			}
 		}
 	}
+	return found
 }
 
 func TestBodiesRoundTrip(t *testing.T) {
@@ -456,23 +521,19 @@ func TestBurstIsMovedInBatches(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		q := newTestQueue(t, addr, func(o *Options) { o.MoveBatch = 100 })
 		const n = 3000
-		c, err := testRedisOptions(addr).Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
 		for i := 0; i < n; i++ {
 			mustPush(t, q, Job{Topic: "burst", ID: fmt.Sprintf("b%d", i), Delay: 500 * time.Millisecond})
 		}
-		waitFor(t, 20*time.Second, "burst moved to the ready list", func() bool {
-			l, _ := redis.Int(c.Do("LLEN", "dq_queue_burst"))
-			return l == n
+		waitFor(t, 20*time.Second, "burst moved to ready", func() bool {
+			stats, err := q.Stats(context.Background(), "burst")
+			return err == nil && stats["burst"].Ready == n && stats["burst"].Delay == 0
 		})
 	})
 }
 
 func TestInvalidJobs(t *testing.T) {
-	q, err := New(NewPool(testRedisOptions("127.0.0.1:1")), Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
+	ro := testRedisOptions("127.0.0.1:1")
+	q, err := New(poolRedis{NewPool(ro), ro.Dial}, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,18 +603,19 @@ func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 		ro := testRedisOptions(addr)
 		pool := NewPool(ro)
 		defer pool.Close()
-		q, err := New(pool, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s", Dial: ro.Dial,
-			ScanInterval: 30 * time.Second}, testLogger(t))
+		q, err := New(poolRedis{pool, ro.Dial}, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
+			ScanInterval: 30 * time.Second, CheckKeys: true}, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { q.Run(ctx); close(done) }()
+		<-q.Started()
 		popped := make(chan struct{})
 		go func() { q.Pop(context.Background(), []string{"idle"}, 60*time.Second); close(popped) }()
 		waitFor(t, 5*time.Second, "the dispatch loop blocked on the waiter's topic", func() bool {
-			for _, l := range q.loops {
+			for _, l := range q.partitions[0].loops {
 				l.mu.Lock()
 				blocked := l.blocked
 				l.mu.Unlock()
@@ -619,18 +681,25 @@ func TestHeldPopsServedInArrivalOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// The jobs spread over the partitions, and no order holds between
+		// those: the waiters served must be the first ones, each with a job.
+		served := map[string]bool{}
 		push("j0", "j1", "j2")
 		for i := range 3 {
-			if id := <-got[i]; id != fmt.Sprint("j", i) {
-				t.Errorf("waiter %d got %s, want j%d", i, id, i)
+			id := <-got[i]
+			if !strings.HasPrefix(id, "j") || served[id] {
+				t.Errorf("waiter %d got %s, want one of j0, j1, j2 not handed out yet", i, id)
 			}
+			served[id] = true
 		}
 		waitFor(t, 5*time.Second, "the last two waiting again", func() bool { return waiting() == 2 })
 		push("j3", "j4")
 		for i := 3; i < n; i++ {
-			if id := <-got[i]; id != fmt.Sprint("j", i) {
-				t.Errorf("waiter %d got %s, want j%d", i, id, i)
+			id := <-got[i]
+			if (id != "j3" && id != "j4") || served[id] {
+				t.Errorf("waiter %d got %s, want j3 or j4 not handed out yet", i, id)
 			}
+			served[id] = true
 		}
 	})
 }

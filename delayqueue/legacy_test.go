@@ -123,18 +123,9 @@ func TestImportLegacy(t *testing.T) {
 		c.Do("SET", "L-corrupt", "not msgpack")
 		c.Do("ZADD", "dq_bucket_3", now, "L-corrupt")
 
-		ro := testRedisOptions(addr)
-		pool := NewPool(ro)
-		defer pool.Close()
-		q, err := New(pool, Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", Dial: ro.Dial}, testLogger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := q.ImportLegacy(context.Background())
-		if err != nil || n != 3 {
-			t.Fatalf("import = %d, %v; want 3", n, err)
-		}
-		if n, err := q.ImportLegacy(context.Background()); err != nil || n != 0 {
+		// Run imports them before it serves.
+		q := newTestQueue(t, addr)
+		if n, err := q.importV0(context.Background()); err != nil || n != 0 {
 			t.Fatalf("second import = %d, %v; want 0", n, err)
 		}
 		info, err := q.Get(context.Background(), "L-later")
@@ -144,11 +135,6 @@ func TestImportLegacy(t *testing.T) {
 		if exists, _ := redis.Bool(c.Do("EXISTS", "L-later")); exists {
 			t.Fatal("raw key L-later left behind")
 		}
-
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); q.Run(ctx) }()
-		defer func() { cancel(); <-done }()
 
 		got := map[string]string{}
 		deadline := time.Now().Add(10 * time.Second)

@@ -194,8 +194,8 @@ func TestLoopStaleness(t *testing.T) {
 	check("a stopped loop is not reported", nil, nil)
 }
 
-// The scanner's script refused by Redis (an ACL user denied RPUSH, which
-// movedue.lua uses to make jobs ready) shows at error level, naming the
+// The scanner's script refused by Redis (an ACL user denied ZRANGEBYSCORE,
+// which movedue.lua uses to find the due topics) shows at error level, naming the
 // loop and the script, and in the loop error count, within seconds; pushes
 // of delayed jobs still work.
 func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
@@ -205,7 +205,7 @@ func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	if _, err := admin.Do("ACL", "SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "+@all", "-rpush"); err != nil {
+	if _, err := admin.Do("ACL", "SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "+@all", "-zrangebyscore"); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
 
@@ -215,8 +215,8 @@ func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 	defer pool.Close()
 	logs := newRecordedLog(t)
 	obs := &recordingObserver{counts: map[string]int{}}
-	q, err := New(pool, Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 30 * time.Second, Dial: ro.Dial, Observer: obs}, slog.New(logs))
+	q, err := New(poolRedis{pool, ro.Dial}, Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+		BlockTimeout: 30 * time.Second, Observer: obs, CheckKeys: true}, slog.New(logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +232,7 @@ func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 		cancel()
 		<-done
 	}()
+	<-q.Started()
 
 	mustPush(t, q, Job{Topic: "acl", ID: "1", Delay: 200 * time.Millisecond})
 	redistest.WaitFor(t, 5*time.Second, "the scanner's error at error level, and counted", func() bool {

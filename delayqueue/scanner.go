@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -52,11 +53,11 @@ type moveResult struct {
 
 // moveDue runs one movedue.lua call, then wakes the held pops of the
 // topics it made ready (signal.lua: their wake-up lists were not known
-// before the call).
+// before the call). An error names the script that failed.
 func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
 	reply, err := redis.Values(s.q.call(ctx, s.p, s.q.scripts.moveDue, nil, s.q.opts.MoveBatch))
 	if err != nil {
-		return moveResult{}, fmt.Errorf("movedue.lua: %w", err)
+		return moveResult{}, scriptError{"movedue.lua", err}
 	}
 	if len(reply) < 5 {
 		return moveResult{}, fmt.Errorf("movedue.lua: short reply")
@@ -82,7 +83,7 @@ func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
 		}
 	}
 	if err := s.q.signalTopics(ctx, s.p, rest[2*expired:]); err != nil {
-		return moveResult{}, err
+		return moveResult{}, scriptError{"signal.lua", err}
 	}
 	return moveResult{handled: int(r[0]), nextDue: r[1], now: r[2]}, nil
 }
@@ -106,11 +107,18 @@ func (q *Queue) signalTopics(ctx context.Context, p *partition, reply []any) err
 		topics[i], _ = redis.String(reply[1+2*i], nil)
 		tokens[i] = reply[2+2*i]
 	}
-	if _, err := q.call(ctx, p, q.scripts.signal, topics, tokens...); err != nil {
-		return fmt.Errorf("signal.lua: %w", err)
-	}
-	return nil
+	_, err = q.call(ctx, p, q.scripts.signal, topics, tokens...)
+	return err
 }
+
+// scriptError is an error of a loop's round, with the script it ran.
+type scriptError struct {
+	script string
+	err    error
+}
+
+func (e scriptError) Error() string { return e.script + ": " + e.err.Error() }
+func (e scriptError) Unwrap() error { return e.err }
 
 func (s *scanner) run(ctx context.Context) {
 	health := s.q.health.start(LoopScanner)
@@ -137,12 +145,17 @@ func (s *scanner) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.q.health.failed(loopScanner, "movedue.lua", err)
+			script := "movedue.lua"
+			var se scriptError
+			if errors.As(err, &se) {
+				script, err = se.script, se.err
+			}
+			health.failed(script, err)
 			s.sleepUntil(timer, time.Now().Add(backoff))
 			backoff = min(backoff*2, interval)
 			continue
 		}
-		s.q.health.ok(loopScanner)
+		health.ok()
 		backoff = 100 * time.Millisecond
 		if r.handled >= s.q.opts.MoveBatch {
 			// A full batch: more may be due right now.

@@ -47,7 +47,7 @@ func loadScripts(checkKeys bool) (scripts, error) {
 			return scripts{}, err
 		}
 	}
-	s := scripts{names: make(map[*redis.Script]string)}
+	var s scripts
 	for _, e := range []struct {
 		dst    **redis.Script
 		name   string

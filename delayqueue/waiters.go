@@ -38,6 +38,9 @@ type waiterRegistry struct {
 	// every partition: the channel is per partition, see listen).
 	listeners [][]chan struct{}
 	hooks     hookWaiters
+	// servingLocks let one dispatch loop at a time serve a topic (striped
+	// by the topic's hash).
+	servingLocks [64]sync.Mutex
 }
 
 func newWaiterRegistry(loops int) *waiterRegistry {
@@ -68,10 +71,21 @@ func (r *waiterRegistry) notifyLocked(i int) {
 	}
 }
 
-func (r *waiterRegistry) loopOf(topic string) int {
+func topicHash(topic string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(topic))
-	return int(h.Sum32() % uint32(len(r.loopTopics)))
+	return h.Sum32()
+}
+
+func (r *waiterRegistry) loopOf(topic string) int {
+	return int(topicHash(topic) % uint32(len(r.loopTopics)))
+}
+
+// serving takes the lock of topic's serving and returns its unlock.
+func (r *waiterRegistry) serving(topic string) func() {
+	m := &r.servingLocks[topicHash(topic)%uint32(len(r.servingLocks))]
+	m.Lock()
+	return m.Unlock
 }
 
 // anyWaiting reports whether a waiter already queues for one of topics, in

@@ -13,6 +13,9 @@ local requests = tonumber(ARGV[ARG])
 local now = now_ms()
 local reply = {now}
 local a = ARG + 1
+-- Jobs are taken from the head of a topic's index, so those this call took
+-- already are its first taken[topic] entries: a later request skips them.
+local taken = {}
 for _ = 1, requests do
   local want, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local first_topic = a + 2
@@ -25,31 +28,28 @@ for _ = 1, requests do
       break
     end
     local topic = ARGV[i]
-    local members = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic), 'LIMIT', 0, want - claimed)
+    local members = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic), 'LIMIT', taken[topic] or 0, want - claimed)
     if #members > 0 then
-      -- Taken out at once: a later request of this call must not see them.
-      redis.call('ZREM', READY, unpack(members))
+      taken[topic] = (taken[topic] or 0) + #members
       local ids = {}
       for k, m in ipairs(members) do
         ids[k] = id_of(m, READY)
       end
       get_many(ids)
-      for _, id in ipairs(ids) do
+      for k, id in ipairs(ids) do
         local job = get(id)
-        if job and job.s == 'ready' and job.topic == topic then
-          -- Its ready entry is gone already: leave() must not remove it again.
-          count('ready', topic, -1)
+        if job and job.s == 'ready' and member(id, job) == members[k] then
           job.q = job.x
-          job.s, job.x = 'reserved', time13(now + tonumber(job.r) * 1000)
+          move(id, job, 'reserved', time13(now + tonumber(job.r) * 1000))
           job.a = job.a + 1
-          put(id, job)
-          enter(id, job)
           reply[#reply + 1] = id
           reply[#reply + 1] = topic
           reply[#reply + 1] = tonumber(job.r)
           reply[#reply + 1] = job.a
           reply[#reply + 1] = body_of(id, job)
           claimed = claimed + 1
+        else
+          index_op(READY, members[k], false) -- an entry no job matches: drop it
         end
       end
     end

@@ -9,28 +9,24 @@ local want = tonumber(ARGV[ARG])
 local now = now_ms()
 local reply = {now}
 local members = redis.call('ZRANGE', HOOKS, 0, want - 1)
-if #members > 0 then
-  redis.call('ZREM', HOOKS, unpack(members))
-end
 local ids = {}
 for i, m in ipairs(members) do
   ids[i] = id_of(m, HOOKS)
 end
 get_many(ids)
-for _, id in ipairs(ids) do
+for k, id in ipairs(ids) do
   local job = get(id)
-  if job and job.s == 'ready' and job.cb ~= '' then
-    count('ready', job.topic, -1)
+  if job and job.s == 'ready' and job.cb ~= '' and member(id, job) == members[k] then
     job.q = job.x
-    job.s, job.x = 'reserved', time13(now + tonumber(job.r) * 1000)
+    move(id, job, 'reserved', time13(now + tonumber(job.r) * 1000))
     job.a = job.a + 1
-    put(id, job)
-    enter(id, job)
     reply[#reply + 1] = id
     reply[#reply + 1] = job.topic
     reply[#reply + 1] = job.a
     reply[#reply + 1] = body_of(id, job)
     reply[#reply + 1] = job.cb
+  else
+    index_op(HOOKS, members[k], false)
   end
 end
 flush()

@@ -424,6 +424,35 @@ end
 -- wake-up list behind (a wake-up list not given to the call expires, see
 -- WAKE_TTL_MS).
 local function flush()
+  -- The writes go in an order that loses no job if Redis refuses one of
+  -- them half-way (an ACL denying a command: Redis keeps a failed script's
+  -- earlier writes): index entries are added first, records written next,
+  -- old entries removed last. An entry left without a matching record is
+  -- dropped by whoever reads it next.
+  local adds, rems = {}, {}
+  for _, key in ipairs(index_keys) do
+    local a, r = {}, {}
+    for m, present in pairs(index_ops[key]) do
+      if present then
+        a[#a + 1] = '0'
+        a[#a + 1] = m
+      else
+        r[#r + 1] = m
+      end
+    end
+    adds[key], rems[key] = a, r
+  end
+  for _, key in ipairs(index_keys) do
+    emit('ZADD', key, {}, adds[key], 800)
+  end
+  if #timer_topics > 0 then
+    local args = {}
+    for _, topic in ipairs(timer_topics) do
+      args[#args + 1] = int(timer_min[topic])
+      args[#args + 1] = topic
+    end
+    emit('ZADD', TIMERS, {'LT'}, args, 400)
+  end
   local writes, deletes = {}, {}
   for _, id in ipairs(dirty_ids) do
     local job = cache[id]
@@ -434,8 +463,6 @@ local function flush()
       deletes[#deletes + 1] = id
     end
   end
-  emit('HSET', JOBS, {}, writes, 400)
-  emit('HDEL', JOBS, {}, deletes, 400)
   local body_writes, body_deletes, seen = {}, {}, {}
   for _, id in ipairs(body_ids) do
     if not seen[id] then
@@ -450,19 +477,11 @@ local function flush()
     end
   end
   emit('HSET', BODIES, {}, body_writes, 100)
+  emit('HSET', JOBS, {}, writes, 400)
+  emit('HDEL', JOBS, {}, deletes, 400)
   emit('HDEL', BODIES, {}, body_deletes, 400)
   for _, key in ipairs(index_keys) do
-    local adds, rems = {}, {}
-    for m, present in pairs(index_ops[key]) do
-      if present then
-        adds[#adds + 1] = '0'
-        adds[#adds + 1] = m
-      else
-        rems[#rems + 1] = m
-      end
-    end
-    emit('ZREM', key, {}, rems, 400)
-    emit('ZADD', key, {}, adds, 800)
+    emit('ZREM', key, {}, rems[key], 400)
   end
   -- Increments first, so that a topic's counters never look empty halfway.
   for _, sign in ipairs({1, -1}) do
@@ -474,14 +493,6 @@ local function flush()
         end
       end
     end
-  end
-  if #timer_topics > 0 then
-    local args = {}
-    for _, topic in ipairs(timer_topics) do
-      args[#args + 1] = int(timer_min[topic])
-      args[#args + 1] = topic
-    end
-    emit('ZADD', TIMERS, {'LT'}, args, 400)
   end
   for _, topic in ipairs(touched_topics) do
     local f = redis.call('HMGET', COUNTS, 'delay,' .. topic, 'ready,' .. topic, 'reserved,' .. topic, 'dead,' .. topic)
