@@ -41,18 +41,19 @@ type Metrics struct {
 	mu     sync.Mutex
 	topics map[string]struct{}
 
-	requests      *prometheus.CounterVec
-	latency       *prometheus.HistogramVec
-	jobs          *prometheus.CounterVec
-	leaseExpired  *prometheus.CounterVec
-	jobsByState   *prometheus.GaugeVec
-	scanLag       prometheus.Gauge
-	scanLagHist   prometheus.Histogram
-	redisErrors   prometheus.Counter
-	loopErrors    *prometheus.CounterVec
-	deadDropped   *prometheus.GaugeVec
-	webhookCalls  *prometheus.CounterVec
-	webhookTiming prometheus.Histogram
+	requests       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	jobs           *prometheus.CounterVec
+	leaseExpired   *prometheus.CounterVec
+	jobsByState    *prometheus.GaugeVec
+	scanLag        prometheus.Gauge
+	scanLagHist    prometheus.Histogram
+	redisErrors    prometheus.Counter
+	loopErrors     *prometheus.CounterVec
+	deadDropped    *prometheus.GaugeVec
+	deadDroppedAll prometheus.Gauge
+	webhookCalls   *prometheus.CounterVec
+	webhookTiming  prometheus.Histogram
 }
 
 // New registers every collector on a new registry.
@@ -111,8 +112,12 @@ func New(opts Options, logger *slog.Logger) *Metrics {
 		}, []string{"loop"}),
 		deadDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delayqueue_dead_letters_dropped",
-			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, by topic, since the counters began (sampled from Redis, shared by every instance).",
+			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, by topic, since the counters began, for the topics holding jobs (sampled from Redis, shared by every instance).",
 		}, []string{"topic"}),
+		deadDroppedAll: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "delayqueue_dead_letters_dropped_all",
+			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, of every topic (those since gone included), since the counters began (sampled from Redis, shared by every instance).",
+		}),
 		webhookCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delayqueue_webhook_calls_total",
 			Help: "Webhook calls by result class (2xx, 3xx, 4xx, 5xx, timeout, connection_error, refused).",
@@ -123,7 +128,7 @@ func New(opts Options, logger *slog.Logger) *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}),
 	}
-	m.registry.MustRegister(m.requests, m.latency, m.jobs, m.leaseExpired, m.jobsByState, m.deadDropped, m.scanLag, m.scanLagHist,
+	m.registry.MustRegister(m.requests, m.latency, m.jobs, m.leaseExpired, m.jobsByState, m.deadDropped, m.deadDroppedAll, m.scanLag, m.scanLagHist,
 		m.redisErrors, m.loopErrors, m.webhookCalls, m.webhookTiming,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -208,7 +213,7 @@ func (m *Metrics) sample(ctx context.Context, q *delayqueue.Queue) {
 		m.jobsByState.WithLabelValues(label, delayqueue.StateReserved).Set(float64(s.Reserved))
 		m.jobsByState.WithLabelValues(label, delayqueue.StateDead).Set(float64(s.Dead))
 	}
-	dropped, err := q.DeadDropped(ctx)
+	dropped, total, err := q.DeadDropped(ctx)
 	if err != nil {
 		return
 	}
@@ -220,6 +225,7 @@ func (m *Metrics) sample(ctx context.Context, q *delayqueue.Queue) {
 	for label, n := range byLabel {
 		m.deadDropped.WithLabelValues(label).Set(float64(n))
 	}
+	m.deadDroppedAll.Set(float64(total))
 }
 
 // WatchPool adds gauges of the Redis pool's connections.

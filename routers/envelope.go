@@ -23,10 +23,13 @@ const (
 const (
 	msgInternalError    = "internal error"
 	msgRedisUnavailable = "redis unavailable, try again"
-	msgShuttingDown     = "server is shutting down, try again"
-	msgRequestCanceled  = "request canceled"
-	msgTooManyHeldPops  = "too many held pops on this server (max_held_pops = %d), try again or another server"
-	msgNotReplicated    = "not confirmed by enough redis replicas (wait_replicas), try again"
+	// msgPartlyDone: failed of total jobs or ids were not handled (done: what
+	// was done to the others), and the whole batch may be sent again.
+	msgPartlyDone      = "%d of %d not %s: part of redis is unavailable; %s the whole batch again is safe"
+	msgShuttingDown    = "server is shutting down, try again"
+	msgRequestCanceled = "request canceled"
+	msgTooManyHeldPops = "too many held pops on this server (max_held_pops = %d), try again or another server"
+	msgNotReplicated   = "not confirmed by enough redis replicas (wait_replicas), try again"
 )
 
 // Answers to the engine's refusals of a state change.

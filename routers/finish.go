@@ -1,7 +1,9 @@
 package routers
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
@@ -123,10 +125,20 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	dead, err := h.queue.FinishBatch(r.Context(), req.IDs)
+	statuses, err := h.queue.FinishBatch(r.Context(), req.IDs)
+	if errors.Is(err, delayqueue.ErrPartial) && len(statuses) == len(req.IDs) {
+		h.partlyRemoved(w, r, req.IDs, statuses, "finished", "finishing", err)
+		return
+	}
 	if err != nil {
 		h.failQueue(w, r, "finish", err)
 		return
+	}
+	var dead []string
+	for i, s := range statuses {
+		if s == delayqueue.RemoveDead {
+			dead = append(dead, req.IDs[i])
+		}
 	}
 	view := finishView{Finished: len(req.IDs) - len(dead), Dead: dead}
 	if len(dead) > 0 {
@@ -154,12 +166,46 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	deleted, err := h.queue.DeleteBatch(r.Context(), req.IDs)
+	statuses, err := h.queue.DeleteBatch(r.Context(), req.IDs)
+	if errors.Is(err, delayqueue.ErrPartial) && len(statuses) == len(req.IDs) {
+		h.partlyRemoved(w, r, req.IDs, statuses, "deleted", "deleting", err)
+		return
+	}
 	if err != nil {
 		h.failQueue(w, r, "delete", err)
 		return
 	}
+	deleted := 0
+	for _, s := range statuses {
+		if s == delayqueue.Removed {
+			deleted++
+		}
+	}
 	succeed(w, r, "deleted", deleteView{Deleted: deleted})
+}
+
+// partlyRemoved answers a /finish or /delete with ids of which some
+// partitions failed: every id's status (done, "unknown", "dead" or
+// "failed").
+func (h *handler) partlyRemoved(w http.ResponseWriter, r *http.Request, ids []string, statuses []delayqueue.RemoveStatus, done, doing string, err error) {
+	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "batch "+doing+" partly done", slog.String(logKeyErr, err.Error()))
+	outcomes := make([]batchOutcome, len(ids))
+	failed := 0
+	for i, s := range statuses {
+		outcomes[i] = batchOutcome{Index: i, ID: ids[i]}
+		switch s {
+		case delayqueue.Removed:
+			outcomes[i].Status = done
+		case delayqueue.RemoveDead:
+			outcomes[i].Status = delayqueue.StateDead
+		case delayqueue.RemoveFailed:
+			outcomes[i].Status, outcomes[i].Message = statusFailed, msgRedisUnavailable
+			failed++
+		default:
+			outcomes[i].Status = "unknown"
+		}
+	}
+	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(ids), done, doing), outcomes)
 }
 
 // areDeadLettered is the message of a batch finish that met n dead jobs.

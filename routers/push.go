@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -259,6 +260,8 @@ func pushStatusName(status delayqueue.PushStatus) string {
 		return "replaced"
 	case delayqueue.PushExists:
 		return "exists"
+	case delayqueue.PushFailed:
+		return statusFailed
 	}
 	return "created"
 }
@@ -319,6 +322,10 @@ func (h *handler) push(w http.ResponseWriter, r *http.Request) {
 func (h *handler) pushBatch(w http.ResponseWriter, r *http.Request, jobs []delayqueue.Job) {
 	noteJob(r, jobs[0].Topic, jobs[0].ID)
 	results, err := h.queue.PushBatch(r.Context(), jobs)
+	if errors.Is(err, delayqueue.ErrPartial) && len(results) == len(jobs) {
+		h.partlyPushed(w, r, jobs, results, err)
+		return
+	}
 	if err != nil {
 		h.failQueue(w, r, "push batch", err)
 		return
@@ -332,6 +339,35 @@ func (h *handler) pushBatch(w http.ResponseWriter, r *http.Request, jobs []delay
 		pushed[i] = pushedJob{ID: jobs[i].ID, Status: pushStatusName(result.Status)}
 	}
 	succeed(w, r, fmt.Sprintf("pushed %d jobs", len(jobs)), pushed)
+}
+
+// batchOutcome is one job's or id's outcome in the answer to a batch that
+// was only partly done: code 1, and every job's status, a failed one with
+// why.
+type batchOutcome struct {
+	Index   int    `json:"index"`
+	ID      string `json:"id"`
+	Status  string `json:"status"`
+	Message string `json:"message,omitempty"`
+}
+
+// statusFailed is the status of a job or id a batch did not handle.
+const statusFailed = "failed"
+
+// partlyPushed answers a batch of which some partitions stored their jobs
+// and others failed.
+func (h *handler) partlyPushed(w http.ResponseWriter, r *http.Request, jobs []delayqueue.Job, results []delayqueue.PushResult, err error) {
+	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "batch push partly stored", slog.String(logKeyErr, err.Error()))
+	outcomes := make([]batchOutcome, len(jobs))
+	failed := 0
+	for i, result := range results {
+		outcomes[i] = batchOutcome{Index: i, ID: jobs[i].ID, Status: pushStatusName(result.Status)}
+		if result.Status == delayqueue.PushFailed {
+			failed++
+			outcomes[i].Message = msgRedisUnavailable
+		}
+	}
+	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(jobs), "stored", "pushing"), outcomes)
 }
 
 // decodeCallback reads the "callback" object of a webhook job: url,

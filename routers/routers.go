@@ -26,9 +26,9 @@ type Queue interface {
 	Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error)
 	PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*delayqueue.Delivery, error)
 	Finish(ctx context.Context, id string) error
-	FinishBatch(ctx context.Context, ids []string) (dead []string, err error)
+	FinishBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error)
 	Delete(ctx context.Context, id string) error
-	DeleteBatch(ctx context.Context, ids []string) (int, error)
+	DeleteBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error)
 	Get(ctx context.Context, id string) (*delayqueue.JobInfo, error)
 
 	Release(ctx context.Context, id string, delay *time.Duration, attempt int) (state string, due time.Time, err error)

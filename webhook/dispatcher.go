@@ -10,13 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 )
@@ -38,7 +35,6 @@ const (
 // claim shares the work, and no two dispatchers hold one job at once.
 type Dispatcher struct {
 	queue  *delayqueue.Queue
-	dial   func() (redis.Conn, error)
 	opts   Options
 	log    *slog.Logger
 	caller *caller
@@ -51,12 +47,11 @@ type Dispatcher struct {
 	leaseRenewAfter time.Duration
 }
 
-// New builds a Dispatcher. dial opens the dedicated Redis connection the
-// dispatcher blocks on for wake-ups (delayqueue.RedisOptions.Dial); its
-// read timeout must exceed Options.WakeTimeout.
-func New(q *delayqueue.Queue, dial func() (redis.Conn, error), opts Options, logger *slog.Logger) (*Dispatcher, error) {
-	if q == nil || dial == nil {
-		return nil, errors.New("webhook: a queue and a dial function are needed")
+// New builds a Dispatcher on the queue q, whose dispatch loops wake it
+// when callback jobs become ready (Queue.WaitCallbacks).
+func New(q *delayqueue.Queue, opts Options, logger *slog.Logger) (*Dispatcher, error) {
+	if q == nil {
+		return nil, errors.New("webhook: a queue is needed")
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -71,7 +66,6 @@ func New(q *delayqueue.Queue, dial func() (redis.Conn, error), opts Options, log
 	}
 	return &Dispatcher{
 		queue:  q,
-		dial:   dial,
 		opts:   opts,
 		log:    logger,
 		caller: newCaller(policy, opts),
@@ -114,8 +108,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 // claimLoop claims jobs while there are free slots, until ctx is done.
 func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGroup) {
-	wake := &waker{dial: d.dial, key: d.queue.HookWakeKey(), timeout: d.opts.WakeTimeout, log: d.log}
-	defer wake.close()
 	mayHaveMore := true // claim at once on start
 	for {
 		free := d.takeFreeSlots(ctx)
@@ -123,7 +115,8 @@ func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGrou
 			return
 		}
 		if !mayHaveMore {
-			wake.wait(ctx)
+			// Wake-ups only wake: after WakeTimeout the claim runs anyway.
+			d.queue.WaitCallbacks(ctx, d.opts.WakeTimeout)
 		}
 		if ctx.Err() != nil {
 			d.freeSlots(free)
@@ -341,53 +334,6 @@ func (h *hostLimiter) leave(host string, s *hostSlots) {
 	s.jobs--
 	if s.jobs == 0 {
 		delete(h.hosts, host)
-	}
-}
-
-// waker blocks on the engine's wake-up list for callback jobs, on a
-// dedicated connection, for at most timeout.
-type waker struct {
-	dial    func() (redis.Conn, error)
-	key     string
-	timeout time.Duration
-	log     *slog.Logger
-	conn    redis.Conn
-}
-
-// wait returns when a wake-up token came, the timeout passed, or ctx is
-// done. Errors are logged and turn into a pause of timeout: the claim that
-// follows is the safety net.
-func (w *waker) wait(ctx context.Context) {
-	if w.conn == nil {
-		conn, err := w.dial()
-		if err != nil {
-			w.log.Warn("webhook dispatcher cannot connect to redis for wake-ups", "err", err)
-			sleepCtx(ctx, w.timeout)
-			return
-		}
-		w.conn = conn
-	}
-	// BLPOP takes whole seconds on every Redis version we support.
-	seconds := int(math.Ceil(w.timeout.Seconds()))
-	var err error
-	if _, ok := w.conn.(redis.ConnWithContext); ok {
-		_, err = redis.DoContext(w.conn, ctx, "BLPOP", w.key, seconds)
-	} else {
-		_, err = w.conn.Do("BLPOP", w.key, seconds)
-	}
-	if err != nil {
-		w.close()
-		if ctx.Err() == nil {
-			w.log.Warn("webhook dispatcher wake-up wait failed", "err", err)
-			sleepCtx(ctx, w.timeout)
-		}
-	}
-}
-
-func (w *waker) close() {
-	if w.conn != nil {
-		_ = w.conn.Close()
-		w.conn = nil
 	}
 }
 
