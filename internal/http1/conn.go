@@ -86,7 +86,7 @@ func (c *conn) serve() {
 		} else {
 			c.setReadTimeout(c.srv.IdleTimeout)
 		}
-		if _, err := c.br.Peek(1); err != nil {
+		if !c.awaitRequest() {
 			return
 		}
 		if !c.state.CompareAndSwap(stateIdle, stateActive) {
@@ -124,6 +124,29 @@ func (c *conn) setReadTimeout(d time.Duration) {
 		_ = c.rwc.SetReadDeadline(time.Now().Add(d))
 	} else {
 		_ = c.rwc.SetReadDeadline(time.Time{})
+	}
+}
+
+// awaitRequest waits for the first byte of the next request; false means
+// the connection ended first. Empty lines before a request are skipped, as
+// RFC 9112 (2.2) asks and net/http does: a client that ends a body with
+// CRLF sends one. They count against the deadline of the wait, like the
+// head's own bytes.
+func (c *conn) awaitRequest() bool {
+	for {
+		next, err := c.br.Peek(1)
+		if err != nil {
+			return false
+		}
+		if next[0] != '\r' && next[0] != '\n' {
+			return true
+		}
+		buf := c.buffered()
+		n := 0
+		for n < len(buf) && (buf[n] == '\r' || buf[n] == '\n') {
+			n++
+		}
+		_, _ = c.br.Discard(n)
 	}
 }
 

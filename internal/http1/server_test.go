@@ -274,6 +274,51 @@ func TestBodyIsNotBoundByTheHeaderTimeout(t *testing.T) {
 	}
 }
 
+// RFC 9112 (2.2): a server should ignore at least one empty line before a
+// request line. A client that ends a body with CRLF sends one, with the
+// body or on its own; net/http ignores it after a POST, and so must the
+// fast path.
+func TestEmptyLinesBeforeARequestAreIgnored(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/get": false})
+	const body = `{"id":"job1"}` // 13 bytes
+	// step is one write and the number of answers it brings.
+	type step struct {
+		send    string
+		answers int
+	}
+	for _, via := range []struct{ name, path string }{{"fast", "/get"}, {"net/http", "/stats"}} {
+		req := post(via.path, body)
+		for _, tt := range []struct {
+			name  string
+			steps []step
+		}{
+			{"CRLF", []step{{req + "\r\n" + req, 2}}},
+			{"LF", []step{{req + "\n" + req, 2}}},
+			{"two CRLF", []step{{req + "\r\n\r\n" + req, 2}}},
+			{"CRLF with the body, next request later", []step{{req + "\r\n", 1}, {req, 1}}},
+			{"CRLF on its own", []step{{req, 1}, {"\r\n", 0}, {req, 1}}},
+		} {
+			t.Run(via.name+"/"+tt.name, func(t *testing.T) {
+				c, br := dial(t, ts.addr)
+				answered := 0
+				for _, st := range tt.steps {
+					if _, err := io.WriteString(c, st.send); err != nil {
+						t.Fatal(err)
+					}
+					for range st.answers {
+						answered++
+						resp, s := readAnswer(t, br)
+						if resp.StatusCode != http.StatusOK || s.Via != via.name || s.Body != body {
+							t.Fatalf("answer %d: status %d via %q body %q, want 200 via %s body %s",
+								answered, resp.StatusCode, s.Via, s.Body, via.name, body)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
 func TestConnectionCloseIsHonoured(t *testing.T) {
 	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false})
 	c, br := dial(t, ts.addr)
