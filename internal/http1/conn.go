@@ -210,7 +210,7 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 		return req, false
 	}
 	holds, ok := c.srv.Paths[string(target)]
-	if !ok || holds && !canWatch {
+	if !ok {
 		return req, false
 	}
 	// The path and every value are substrings of one copy of the head, and
@@ -333,10 +333,9 @@ func (c *conn) handle(req request) bool {
 	clear(c.response.header)
 	w := &c.response
 	w.status, w.body = 0, c.reply[:0]
-	if req.holds && c.br.Buffered() == 0 {
-		// Nothing more is buffered: a client that leaves now closes the
-		// socket, which the watcher sees. (With a pipelined request
-		// already here, the client is alive, as net/http also assumes.)
+	if req.holds {
+		// Whatever is buffered behind it (a CRLF, a pipelined request),
+		// the client may still leave: the watch reads on to see it go.
 		ctx, cancel := context.WithCancel(context.Background())
 		c.held.begin(cancel)
 		c.srv.Handler.ServeHTTP(w, r.WithContext(ctx))
@@ -410,6 +409,41 @@ func (w *heldWatch) start() {
 	// it with no deadline.
 	_ = w.c.rwc.SetReadDeadline(time.Time{})
 	w.stopWatch = w.c.watch(w.cancel)
+}
+
+// watch cancels a held request's context when its client closes or resets
+// the connection, until the returned stop is called. While the handler
+// runs, nothing else reads the connection: the watcher reads ahead into
+// the connection's buffer, so that the bytes of pipelined requests stay
+// there, in order, for after the held one, and a close behind them is
+// still seen. The read-ahead is bounded by the buffer: once it is full
+// the server cannot tell whether the client is still there without
+// dropping bytes, so the request is cancelled then too (its answer is
+// written, and the buffered requests are served after it).
+func (c *conn) watch(cancel context.CancelFunc) (stop func()) {
+	var stopping atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			// Peek reads until one more byte is buffered; it fails at end
+			// of file, on an error, when stopped (a deadline in the past),
+			// and at once when the buffer is full.
+			if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
+				if !stopping.Load() {
+					cancel()
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		// A deadline in the past ends the wait; the next request's read
+		// sets its own deadline.
+		stopping.Store(true)
+		_ = c.rwc.SetReadDeadline(time.Unix(1, 0))
+		<-done
+	}
 }
 
 // end disarms the watch when the held request returns, and stops the

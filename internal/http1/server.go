@@ -17,9 +17,11 @@
 //
 // A request on a path that can hold (a /pop waiting for jobs) has its
 // context cancelled when the client goes away, as net/http does, by a
-// watcher that waits for the connection to become readable without reading
-// it. The watcher starts once such a request has run for watchDelay, so a
-// pop answered at once costs nothing; quick paths get no watcher.
+// watcher that reads ahead into the connection's buffer (bounded by it), so
+// that requests pipelined behind the held one are kept for after it and a
+// close behind them is still seen. The watcher starts once such a request
+// has run for watchDelay, so a pop answered at once costs nothing; quick
+// paths get no watcher.
 package http1
 
 import (
