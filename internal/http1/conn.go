@@ -288,20 +288,17 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 // handle reads the body, runs the handler and writes its answer. False
 // means the connection is done.
 func (c *conn) handle(req request) bool {
-	// No deadline on the body nor while the handler runs, as in net/http
-	// without a ReadTimeout; the next request's wait sets its own. Nothing
-	// reads the connection when the body is buffered, so then none is
-	// cleared (the watcher of a held request clears it when it starts).
+	// A body still arriving gets ReadBodyTimeout, from now; the handler
+	// runs under what is left of it, as it reads nothing, and the next
+	// request's wait sets its own. A body all buffered, as usual, needs no
+	// read, so then no deadline is changed (the watcher of a held request
+	// clears it when it starts).
 	if int64(c.br.Buffered()) < req.length {
-		_ = c.rwc.SetReadDeadline(time.Time{})
+		c.setReadTimeout(c.srv.ReadBodyTimeout)
 	}
 	var body io.ReadCloser = http.NoBody
 	if req.length > 0 {
-		if int64(cap(c.body)) < req.length {
-			c.body = make([]byte, req.length)
-		}
-		c.body = c.body[:req.length]
-		if _, err := io.ReadFull(c.br, c.body); err != nil {
+		if err := c.readBody(int(req.length)); err != nil {
 			return false
 		}
 		c.bodyRead.Reset(c.body)
@@ -361,6 +358,36 @@ func (c *conn) handle(req request) bool {
 		return false
 	}
 	return !closing
+}
+
+// readBody reads a request body of n bytes into c.body, which is kept from
+// request to request. A body already buffered (the usual case) is copied
+// at once. One still arriving is read as it comes, the buffer growing with
+// it (doubling, up to n): a head that claims MaxBody bytes and sends none
+// costs a small buffer, not the claim.
+func (c *conn) readBody(n int) error {
+	if c.br.Buffered() >= n {
+		if cap(c.body) < n {
+			c.body = make([]byte, n)
+		}
+		c.body = c.body[:n]
+		_, err := io.ReadFull(c.br, c.body)
+		return err
+	}
+	c.body = c.body[:0]
+	for len(c.body) < n {
+		if len(c.body) == cap(c.body) {
+			grown := make([]byte, len(c.body), min(n, max(2*cap(c.body), readBufferSize)))
+			copy(grown, c.body)
+			c.body = grown
+		}
+		read, err := c.br.Read(c.body[len(c.body):min(cap(c.body), n)])
+		c.body = c.body[:len(c.body)+read]
+		if err != nil && len(c.body) < n {
+			return err
+		}
+	}
+	return nil
 }
 
 // watchDelay is how long a held request runs before its connection is
@@ -523,6 +550,11 @@ type responseWriter struct {
 }
 
 func (w *responseWriter) Header() http.Header { return w.header }
+
+// SetReadDeadline does nothing: the body was read whole before the handler
+// ran, so no read is left for a deadline to bound. (With it, a handler's
+// http.ResponseController call succeeds instead of making an error.)
+func (w *responseWriter) SetReadDeadline(time.Time) error { return nil }
 
 func (w *responseWriter) WriteHeader(status int) {
 	if w.status != 0 || status < 200 && status >= 100 {

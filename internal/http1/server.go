@@ -67,7 +67,14 @@ type Server struct {
 	// limit, as in net/http.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
-	Logger            *slog.Logger
+	// ReadBodyTimeout bounds reading the body of a request taken here,
+	// from the end of its head; a slower one closes the connection
+	// unanswered. Zero means no limit. (net/http has no such bound short
+	// of ReadTimeout, which would also cut held requests: a Fallback
+	// handler that reads bodies sets its own, through
+	// http.ResponseController.)
+	ReadBodyTimeout time.Duration
+	Logger          *slog.Logger
 
 	mu       sync.Mutex
 	listener net.Listener

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -317,6 +318,107 @@ func TestEmptyLinesBeforeARequestAreIgnored(t *testing.T) {
 			})
 		}
 	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// A head that claims a body of MaxBody bytes costs the bytes that arrive,
+// not the claim.
+func TestClaimedBodyCostsWhatArrives(t *testing.T) {
+	const claimed = 16 << 20
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false},
+		func(s *Server) { s.MaxBody = claimed })
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c, _ := dial(t, ts.addr)
+	if _, err := fmt.Fprintf(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n{", claimed); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	waitUntil(t, "the server is done with the connection", func() bool {
+		ts.srv.mu.Lock()
+		defer ts.srv.mu.Unlock()
+		return len(ts.srv.conns) == 0
+	})
+	runtime.ReadMemStats(&after)
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > claimed/16 {
+		t.Fatalf("serving a claim of %d bytes with 1 sent allocated %d bytes", claimed, allocated)
+	}
+}
+
+// A body that arrives in pieces, beyond the read buffer, is read whole,
+// and the connection's buffer serves the next one.
+func TestBodyArrivingInPieces(t *testing.T) {
+	ts := startServer(t, echo("fast"), echo("net/http"), map[string]bool{"/push": false},
+		func(s *Server) { s.MaxBody = 64 << 10 })
+	c, br := dial(t, ts.addr)
+	for _, size := range []int{3 * readBufferSize, 10 << 10, 60 << 10} {
+		body := strings.Repeat("b", size)
+		raw := post("/push", body)
+		for i := 0; i < len(raw); i += 1500 {
+			if _, err := io.WriteString(c, raw[i:min(i+1500, len(raw))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, s := readAnswer(t, br); s.Via != "fast" || s.Body != body {
+			t.Fatalf("body of %d bytes: via %q, %d bytes back", size, s.Via, len(s.Body))
+		}
+	}
+}
+
+// ReadBodyTimeout bounds a body from the end of its head: a slower one
+// closes the connection. Once the body is in, a held request outlives it.
+func TestBodyReadTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	release := make(chan struct{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/pop" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				body = []byte("cancelled")
+			}
+		}
+		_ = json.NewEncoder(w).Encode(seen{Via: "fast", Path: r.URL.Path, Body: string(body)})
+	})
+	ts := startServer(t, handler, echo("net/http"), map[string]bool{"/push": false, "/pop": true},
+		func(s *Server) { s.ReadBodyTimeout = timeout })
+
+	t.Run("slow body", func(t *testing.T) {
+		c, br := dial(t, ts.addr)
+		if _, err := io.WriteString(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("a body slower than ReadBodyTimeout should close the connection, read gave %v", err)
+		}
+	})
+	t.Run("held request outlives it", func(t *testing.T) {
+		c, br := dial(t, ts.addr)
+		raw := post("/pop", "held")
+		if _, err := io.WriteString(c, raw[:len(raw)-2]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(timeout / 4) // the rest of the body comes later: the deadline is set
+		if _, err := io.WriteString(c, raw[len(raw)-2:]); err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(3*timeout, func() { close(release) })
+		if _, s := readAnswer(t, br); s.Body != "held" {
+			t.Fatalf("held request answered %+v, want it held until released", s)
+		}
+	})
 }
 
 func TestConnectionCloseIsHonoured(t *testing.T) {
