@@ -438,6 +438,19 @@ func (w *heldWatch) start() {
 	w.stopWatch = w.c.watch(w.cancel)
 }
 
+// end disarms the watch when the held request returns, and stops the
+// watcher if it started.
+func (w *heldWatch) end() {
+	w.timer.Stop()
+	w.mu.Lock()
+	stop := w.stopWatch
+	w.cancel, w.stopWatch = nil, nil
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
 // watch cancels a held request's context when its client closes or resets
 // the connection, until the returned stop is called. While the handler
 // runs, nothing else reads the connection: the watcher reads ahead into
@@ -470,19 +483,6 @@ func (c *conn) watch(cancel context.CancelFunc) (stop func()) {
 		stopping.Store(true)
 		_ = c.rwc.SetReadDeadline(time.Unix(1, 0))
 		<-done
-	}
-}
-
-// end disarms the watch when the held request returns, and stops the
-// watcher if it started.
-func (w *heldWatch) end() {
-	w.timer.Stop()
-	w.mu.Lock()
-	stop := w.stopWatch
-	w.cancel, w.stopWatch = nil, nil
-	w.mu.Unlock()
-	if stop != nil {
-		stop()
 	}
 }
 

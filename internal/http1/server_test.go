@@ -474,6 +474,13 @@ func (h *holder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *holder) cancelledWhenClientLeaves(t *testing.T, c net.Conn) {
 	t.Helper()
 	<-h.started
+	h.cancelledOnClose(t, c)
+}
+
+// cancelledOnClose closes c, h's request running, and checks that the
+// request's context is then cancelled.
+func (h *holder) cancelledOnClose(t *testing.T, c net.Conn) {
+	t.Helper()
 	c.Close()
 	select {
 	case err := <-h.ended:
@@ -553,14 +560,13 @@ func TestClientLeavingCancelsAHeldRequestWithBytesBehindIt(t *testing.T) {
 					if _, err := io.WriteString(c, raw); err != nil {
 						t.Fatal(err)
 					}
+					<-h.started
 					if later {
-						<-h.started
-						h.started <- struct{}{} // for cancelledWhenClientLeaves
 						if _, err := io.WriteString(c, extra); err != nil {
 							t.Fatal(err)
 						}
 					}
-					h.cancelledWhenClientLeaves(t, c)
+					h.cancelledOnClose(t, c)
 				})
 			}
 		}
