@@ -46,6 +46,9 @@ type Config struct {
 	// ReadHeaderTimeout bounds reading a request's headers
 	// (read_header_timeout, seconds).
 	ReadHeaderTimeout time.Duration
+	// ReadBodyTimeout bounds reading a request's body, from the end of its
+	// headers (read_body_timeout, seconds).
+	ReadBodyTimeout time.Duration
 	// IdleTimeout closes keep-alive connections left idle this long
 	// (idle_timeout, seconds).
 	IdleTimeout time.Duration
@@ -162,6 +165,7 @@ func Default() Config {
 		MaxBodyBytes:          16 << 20,
 		MaxJobBodyBytes:       1 << 20,
 		ReadHeaderTimeout:     10 * time.Second,
+		ReadBodyTimeout:       120 * time.Second,
 		IdleTimeout:           240 * time.Second,
 		ShutdownTimeout:       30 * time.Second,
 		DeadMaxPerTopic:       10000,

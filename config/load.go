@@ -101,6 +101,7 @@ func settingSetters() map[string]setter {
 		"max_body_bytes":          int64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes }),
 		"max_job_body_bytes":      int64Setting(func(c *Config) *int64 { return &c.MaxJobBodyBytes }),
 		"read_header_timeout":     durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }),
+		"read_body_timeout":       durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadBodyTimeout }),
 		"idle_timeout":            durationSetting(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout }),
 		"shutdown_timeout":        durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 		"dead_max_per_topic":      intSetting(func(c *Config) *int { return &c.DeadMaxPerTopic }),

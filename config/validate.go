@@ -65,6 +65,7 @@ func (c Config) Validate() error {
 		value time.Duration
 	}{
 		{"read_header_timeout", c.ReadHeaderTimeout},
+		{"read_body_timeout", c.ReadBodyTimeout},
 		{"idle_timeout", c.IdleTimeout},
 		{"shutdown_timeout", c.ShutdownTimeout},
 	} {

@@ -7,39 +7,98 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
-// readBody reads the whole request body through the max_body_bytes limit.
-// On failure it answers the request itself (413 when the body is too large)
-// and returns false.
+// bodyBufferStart is the most a request body's buffer starts with: it
+// grows as the bytes arrive, never past the length claimed. A client that
+// claims max_body_bytes and sends little costs little; a body of up to
+// this size, nearly every one, still takes a single allocation.
+const bodyBufferStart = 16 << 10
+
+// msgBodyTimeout answers a body that did not arrive within
+// read_body_timeout; %s is the setting in seconds.
+const msgBodyTimeout = "request body did not arrive within read_body_timeout (%s seconds)"
+
+// readBody reads the whole request body through the max_body_bytes limit,
+// within read_body_timeout. On failure it answers the request itself (413
+// when the body is too large, 408 when it is too slow) and returns false.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	// net/http bounds the head (ReadHeaderTimeout) but not the body, and a
+	// server-wide ReadTimeout would also cut held pops: net/http watches a
+	// held request's connection by reading it, under the same deadline.
+	// So the body gets a deadline of its own, lifted once it is in. (The
+	// fast path has read the body before the handler runs, and its
+	// writer takes the calls as no-ops.)
+	deadline := http.NewResponseController(w)
+	timed := h.opts.ReadBodyTimeout > 0
+	if timed {
+		_ = deadline.SetReadDeadline(time.Now().Add(h.opts.ReadBodyTimeout))
+	}
+	var body []byte
+	var err error
 	if r.ContentLength >= 0 && r.ContentLength <= h.opts.MaxBodyBytes {
 		// The usual case: the length is known and allowed, and the server
-		// stops the body there. One allocation, the body itself.
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
-			failRequest(w, r, fmt.Errorf("could not read the request body: %w", err))
-			return nil, false
-		}
-		return body, true
+		// stops the body there.
+		body, err = readKnownLength(r.Body, r.ContentLength)
+	} else {
+		// No length (chunked), or more than allowed: read through the
+		// limit, in a buffer that grows from small as bytes arrive.
+		var buf bytes.Buffer
+		_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+		body = buf.Bytes()
 	}
-	// Size the buffer from Content-Length (within the limit), sparing the
-	// copies of a growing one for large bodies.
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), h.opts.MaxBodyBytes)+bytes.MinRead))
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
-	body := buf.Bytes()
 	if err != nil {
+		// The deadline stays: whatever net/http then reads of the rest of
+		// the body fails at it too, and it closes the connection.
 		var tooLarge *http.MaxBytesError
-		if !errors.As(err, &tooLarge) {
-			err = fmt.Errorf("could not read the request body: %w", err)
+		switch {
+		case errors.As(err, &tooLarge):
+			failRequest(w, r, err)
+		case timed && errors.Is(err, os.ErrDeadlineExceeded):
+			seconds := strconv.FormatFloat(h.opts.ReadBodyTimeout.Seconds(), 'f', -1, 64)
+			writeEnvelope(w, r, http.StatusRequestTimeout, codeFailure, fmt.Sprintf(msgBodyTimeout, seconds), nil)
+		default:
+			failRequest(w, r, fmt.Errorf("could not read the request body: %w", err))
 		}
-		failRequest(w, r, err)
 		return nil, false
 	}
+	if timed {
+		_ = deadline.SetReadDeadline(time.Time{})
+	}
 	return body, true
+}
+
+// readKnownLength reads a body of exactly n bytes. Its buffer starts at
+// bodyBufferStart at most and doubles as the bytes arrive, up to n, unless
+// the body says it is all in memory already (the fast path reads a body
+// whole before the handler runs): then it takes one allocation of n.
+func readKnownLength(r io.Reader, n int64) ([]byte, error) {
+	size := min(n, bodyBufferStart)
+	if inMemory, ok := r.(interface{ Len() int }); ok && int64(inMemory.Len()) >= n {
+		size = n
+	}
+	body := make([]byte, 0, size)
+	for int64(len(body)) < n {
+		if len(body) == cap(body) {
+			grown := make([]byte, len(body), min(n, 2*int64(cap(body))))
+			copy(grown, body)
+			body = grown
+		}
+		read, err := r.Read(body[len(body):cap(body)])
+		body = body[:len(body)+read]
+		switch {
+		case err == io.EOF && int64(len(body)) < n:
+			return nil, io.ErrUnexpectedEOF
+		case err != nil && err != io.EOF:
+			return nil, err
+		}
+	}
+	return body, nil
 }
 
 // jsonObject holds the members of a request object that an endpoint knows,

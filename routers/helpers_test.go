@@ -248,7 +248,7 @@ func parseEnvelope(status int, header http.Header, body []byte) (response, strin
 	}
 	switch status {
 	case http.StatusOK, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed,
-		http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
+		http.StatusRequestTimeout, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
 	default:
 		return resp, "unexpected status " + http.StatusText(status)
 	}

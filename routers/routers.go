@@ -63,6 +63,10 @@ const (
 type Options struct {
 	// MaxBodyBytes limits a request body; a larger one is answered 413.
 	MaxBodyBytes int64
+	// ReadBodyTimeout bounds reading a request body, from when the
+	// handler starts to read it; a slower one is answered 408. Zero means
+	// no limit.
+	ReadBodyTimeout time.Duration
 	// MaxJobBodyBytes limits the "body" string of a pushed job (code 1).
 	MaxJobBodyBytes int
 	// BlockTimeout is queue_block_timeout: the default and the longest hold

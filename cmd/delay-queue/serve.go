@@ -156,6 +156,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	handler := routers.New(queue, routers.Options{
 		MaxBodyBytes:    cfg.MaxBodyBytes,
+		ReadBodyTimeout: cfg.ReadBodyTimeout,
 		MaxJobBodyBytes: int(cfg.JobBodyLimit()),
 		BlockTimeout:    cfg.QueueBlockTimeout,
 		MaxHeldPops:     cfg.MaxHeldPops,
@@ -180,6 +181,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		},
 		Paths:             routers.JobPaths(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadBodyTimeout:   cfg.ReadBodyTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		Logger:            logger,
 	}

@@ -86,7 +86,7 @@ func (c *conn) serve() {
 		} else {
 			c.setReadTimeout(c.srv.IdleTimeout)
 		}
-		if _, err := c.br.Peek(1); err != nil {
+		if !c.awaitRequest() {
 			return
 		}
 		if !c.state.CompareAndSwap(stateIdle, stateActive) {
@@ -124,6 +124,29 @@ func (c *conn) setReadTimeout(d time.Duration) {
 		_ = c.rwc.SetReadDeadline(time.Now().Add(d))
 	} else {
 		_ = c.rwc.SetReadDeadline(time.Time{})
+	}
+}
+
+// awaitRequest waits for the first byte of the next request; false means
+// the connection ended first. Empty lines before a request are skipped, as
+// RFC 9112 (2.2) asks and net/http does: a client that ends a body with
+// CRLF sends one. They count against the deadline of the wait, like the
+// head's own bytes.
+func (c *conn) awaitRequest() bool {
+	for {
+		next, err := c.br.Peek(1)
+		if err != nil {
+			return false
+		}
+		if next[0] != '\r' && next[0] != '\n' {
+			return true
+		}
+		buf := c.buffered()
+		n := 0
+		for n < len(buf) && (buf[n] == '\r' || buf[n] == '\n') {
+			n++
+		}
+		_, _ = c.br.Discard(n)
 	}
 }
 
@@ -187,7 +210,7 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 		return req, false
 	}
 	holds, ok := c.srv.Paths[string(target)]
-	if !ok || holds && !canWatch {
+	if !ok {
 		return req, false
 	}
 	// The path and every value are substrings of one copy of the head, and
@@ -265,20 +288,17 @@ func (c *conn) parseHead(head []byte) (request, bool) {
 // handle reads the body, runs the handler and writes its answer. False
 // means the connection is done.
 func (c *conn) handle(req request) bool {
-	// No deadline on the body nor while the handler runs, as in net/http
-	// without a ReadTimeout; the next request's wait sets its own. Nothing
-	// reads the connection when the body is buffered, so then none is
-	// cleared (the watcher of a held request clears it when it starts).
+	// A body still arriving gets ReadBodyTimeout, from now; the handler
+	// runs under what is left of it, as it reads nothing, and the next
+	// request's wait sets its own. A body all buffered, as usual, needs no
+	// read, so then no deadline is changed (the watcher of a held request
+	// clears it when it starts).
 	if int64(c.br.Buffered()) < req.length {
-		_ = c.rwc.SetReadDeadline(time.Time{})
+		c.setReadTimeout(c.srv.ReadBodyTimeout)
 	}
 	var body io.ReadCloser = http.NoBody
 	if req.length > 0 {
-		if int64(cap(c.body)) < req.length {
-			c.body = make([]byte, req.length)
-		}
-		c.body = c.body[:req.length]
-		if _, err := io.ReadFull(c.br, c.body); err != nil {
+		if err := c.readBody(int(req.length)); err != nil {
 			return false
 		}
 		c.bodyRead.Reset(c.body)
@@ -310,10 +330,9 @@ func (c *conn) handle(req request) bool {
 	clear(c.response.header)
 	w := &c.response
 	w.status, w.body = 0, c.reply[:0]
-	if req.holds && c.br.Buffered() == 0 {
-		// Nothing more is buffered: a client that leaves now closes the
-		// socket, which the watcher sees. (With a pipelined request
-		// already here, the client is alive, as net/http also assumes.)
+	if req.holds {
+		// Whatever is buffered behind it (a CRLF, a pipelined request),
+		// the client may still leave: the watch reads on to see it go.
 		ctx, cancel := context.WithCancel(context.Background())
 		c.held.begin(cancel)
 		c.srv.Handler.ServeHTTP(w, r.WithContext(ctx))
@@ -339,6 +358,36 @@ func (c *conn) handle(req request) bool {
 		return false
 	}
 	return !closing
+}
+
+// readBody reads a request body of n bytes into c.body, which is kept from
+// request to request. A body already buffered (the usual case) is copied
+// at once. One still arriving is read as it comes, the buffer growing with
+// it (doubling, up to n): a head that claims MaxBody bytes and sends none
+// costs a small buffer, not the claim.
+func (c *conn) readBody(n int) error {
+	if c.br.Buffered() >= n {
+		if cap(c.body) < n {
+			c.body = make([]byte, n)
+		}
+		c.body = c.body[:n]
+		_, err := io.ReadFull(c.br, c.body)
+		return err
+	}
+	c.body = c.body[:0]
+	for len(c.body) < n {
+		if len(c.body) == cap(c.body) {
+			grown := make([]byte, len(c.body), min(n, max(2*cap(c.body), readBufferSize)))
+			copy(grown, c.body)
+			c.body = grown
+		}
+		read, err := c.br.Read(c.body[len(c.body):min(cap(c.body), n)])
+		c.body = c.body[:len(c.body)+read]
+		if err != nil && len(c.body) < n {
+			return err
+		}
+	}
+	return nil
 }
 
 // watchDelay is how long a held request runs before its connection is
@@ -399,6 +448,41 @@ func (w *heldWatch) end() {
 	w.mu.Unlock()
 	if stop != nil {
 		stop()
+	}
+}
+
+// watch cancels a held request's context when its client closes or resets
+// the connection, until the returned stop is called. While the handler
+// runs, nothing else reads the connection: the watcher reads ahead into
+// the connection's buffer, so that the bytes of pipelined requests stay
+// there, in order, for after the held one, and a close behind them is
+// still seen. The read-ahead is bounded by the buffer: once it is full
+// the server cannot tell whether the client is still there without
+// dropping bytes, so the request is cancelled then too (its answer is
+// written, and the buffered requests are served after it).
+func (c *conn) watch(cancel context.CancelFunc) (stop func()) {
+	var stopping atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			// Peek reads until one more byte is buffered; it fails at end
+			// of file, on an error, when stopped (a deadline in the past),
+			// and at once when the buffer is full.
+			if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
+				if !stopping.Load() {
+					cancel()
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		// A deadline in the past ends the wait; the next request's read
+		// sets its own deadline.
+		stopping.Store(true)
+		_ = c.rwc.SetReadDeadline(time.Unix(1, 0))
+		<-done
 	}
 }
 
@@ -466,6 +550,11 @@ type responseWriter struct {
 }
 
 func (w *responseWriter) Header() http.Header { return w.header }
+
+// SetReadDeadline does nothing: the body was read whole before the handler
+// ran, so no read is left for a deadline to bound. (With it, a handler's
+// http.ResponseController call succeeds instead of making an error.)
+func (w *responseWriter) SetReadDeadline(time.Time) error { return nil }
 
 func (w *responseWriter) WriteHeader(status int) {
 	if w.status != 0 || status < 200 && status >= 100 {

@@ -17,9 +17,11 @@
 //
 // A request on a path that can hold (a /pop waiting for jobs) has its
 // context cancelled when the client goes away, as net/http does, by a
-// watcher that waits for the connection to become readable without reading
-// it. The watcher starts once such a request has run for watchDelay, so a
-// pop answered at once costs nothing; quick paths get no watcher.
+// watcher that reads ahead into the connection's buffer (bounded by it), so
+// that requests pipelined behind the held one are kept for after it and a
+// close behind them is still seen. The watcher starts once such a request
+// has run for watchDelay, so a pop answered at once costs nothing; quick
+// paths get no watcher.
 package http1
 
 import (
@@ -65,7 +67,14 @@ type Server struct {
 	// limit, as in net/http.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
-	Logger            *slog.Logger
+	// ReadBodyTimeout bounds reading the body of a request taken here,
+	// from the end of its head; a slower one closes the connection
+	// unanswered. Zero means no limit. (net/http has no such bound short
+	// of ReadTimeout, which would also cut held requests: a Fallback
+	// handler that reads bodies sets its own, through
+	// http.ResponseController.)
+	ReadBodyTimeout time.Duration
+	Logger          *slog.Logger
 
 	mu       sync.Mutex
 	listener net.Listener
