@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -46,8 +47,8 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-func testRedisOptions(addr string) RedisOptions {
-	return RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+func testRedisOptions(addr string) redisconn.Options {
+	return redisconn.Options{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
 }
 
@@ -55,7 +56,7 @@ func testRedisOptions(addr string) RedisOptions {
 func newTestQueue(t *testing.T, addr string, mutate ...func(*Options)) *Queue {
 	t.Helper()
 	ro := testRedisOptions(addr)
-	pool := NewPool(ro)
+	pool := redisconn.NewPool(ro)
 	opts := Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
 		BlockTimeout: 30 * time.Second, Dial: ro.Dial}
 	for _, m := range mutate {
@@ -472,7 +473,7 @@ func TestBurstIsMovedInBatches(t *testing.T) {
 }
 
 func TestInvalidJobs(t *testing.T) {
-	q, err := New(NewPool(testRedisOptions("127.0.0.1:1")), Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
+	q, err := New(redisconn.NewPool(testRedisOptions("127.0.0.1:1")), Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +541,7 @@ func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		ro := testRedisOptions(addr)
-		pool := NewPool(ro)
+		pool := redisconn.NewPool(ro)
 		defer pool.Close()
 		q, err := New(pool, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s", Dial: ro.Dial,
 			ScanInterval: 30 * time.Second}, testLogger(t))

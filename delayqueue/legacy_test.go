@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // legacyMsgpack encodes a job the way the original server's msgpack library
@@ -124,7 +126,7 @@ func TestImportLegacy(t *testing.T) {
 		c.Do("ZADD", "dq_bucket_3", now, "L-corrupt")
 
 		ro := testRedisOptions(addr)
-		pool := NewPool(ro)
+		pool := redisconn.NewPool(ro)
 		defer pool.Close()
 		q, err := New(pool, Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", Dial: ro.Dial}, testLogger(t))
 		if err != nil {

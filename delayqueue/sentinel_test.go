@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -100,7 +101,7 @@ func TestSentinelFailoverKeepsAcknowledgedJobs(t *testing.T) {
 	// A dead sentinel first: discovery must move on to the next one.
 	ro.SentinelAddrs = []string{"127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)), sentinel.Addr}
 	ro.MasterName = masterName
-	pool := NewPool(ro)
+	pool := redisconn.NewPool(ro)
 	defer pool.Close()
 	q, err := New(pool, Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
 		BlockTimeout: 2 * time.Second, ScanInterval: 200 * time.Millisecond, Dial: ro.Dial,

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -28,8 +29,8 @@ func TestTopicLabelsAreCapped(t *testing.T) {
 
 func TestMetricsFromARealQueue(t *testing.T) {
 	mr := redistest.Mini(t)
-	ro := delayqueue.RedisOptions{Addr: mr.Addr(), DB: 1, ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second}
-	pool := delayqueue.NewPool(ro)
+	ro := redisconn.Options{Addr: mr.Addr(), DB: 1, ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second}
+	pool := redisconn.NewPool(ro)
 	defer pool.Close()
 	m := New(Options{SampleInterval: 20 * time.Millisecond}, nil)
 	q, err := delayqueue.New(pool, delayqueue.Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s", Dial: ro.Dial, Observer: m}, nil)

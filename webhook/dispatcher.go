@@ -52,7 +52,7 @@ type Dispatcher struct {
 }
 
 // New builds a Dispatcher. dial opens the dedicated Redis connection the
-// dispatcher blocks on for wake-ups (delayqueue.RedisOptions.Dial); its
+// dispatcher blocks on for wake-ups (redisconn.Options.Dial); its
 // read timeout must exceed Options.WakeTimeout.
 func New(q *delayqueue.Queue, dial func() (redis.Conn, error), opts Options, logger *slog.Logger) (*Dispatcher, error) {
 	if q == nil || dial == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -23,7 +24,7 @@ const childRedisEnv = "WEBHOOK_TEST_CHILD_REDIS"
 func runChildDispatcher(addr string) int {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ro := testRedisOptions(addr)
-	pool := delayqueue.NewPool(ro)
+	pool := redisconn.NewPool(ro)
 	q, err := delayqueue.New(pool, queueOptions(ro), logger)
 	if err != nil {
 		logger.Error("child queue", "err", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/delay-queue/delay-queue/config"
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/http1"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/metrics"
 	"github.com/delay-queue/delay-queue/routers"
 	"github.com/delay-queue/delay-queue/ui"
@@ -26,7 +27,7 @@ import (
 // everything in reverse order. It returns nil after a shutdown caused by
 // ctx.
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	redisOpts := delayqueue.RedisOptions{
+	redisOpts := redisconn.Options{
 		Addr:           cfg.Redis.Host,
 		DB:             cfg.Redis.DB,
 		Username:       cfg.Redis.Username,
@@ -41,7 +42,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		WriteTimeout:   cfg.Redis.WriteTimeout,
 	}
 	if cfg.Redis.TLS && !cfg.Redis.Embedded() {
-		tlsConfig, err := delayqueue.NewTLSConfig(cfg.Redis.TLSCAFile, cfg.Redis.TLSServerName)
+		tlsConfig, err := redisconn.NewTLSConfig(cfg.Redis.TLSCAFile, cfg.Redis.TLSServerName)
 		if err != nil {
 			return fmt.Errorf("redis.tls_ca_file: %w", err)
 		}
@@ -69,7 +70,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if len(redisOpts.SentinelAddrs) > 0 {
 		target = fmt.Sprintf("sentinel master %q via %s", redisOpts.MasterName, strings.Join(redisOpts.SentinelAddrs, ","))
 	}
-	pool := delayqueue.NewPool(redisOpts)
+	pool := redisconn.NewPool(redisOpts)
 	defer pool.Close()
 	if err := checkRedis(ctx, pool, cfg.Redis.Embedded()); err != nil {
 		// The engine's errors usually name the address already.
@@ -241,7 +242,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 // (it rejects INFO server), so embedded mode only pings.
 func checkRedis(ctx context.Context, pool *redis.Pool, embedded bool) error {
 	if !embedded {
-		return delayqueue.CheckServer(ctx, pool)
+		return redisconn.CheckServer(ctx, pool)
 	}
 	conn, err := pool.GetContext(ctx)
 	if err != nil {

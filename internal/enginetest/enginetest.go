@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // Start runs a Queue with the default key names on the Redis at addr (db 1)
 // until the test ends; blockTimeout is its longest pop hold.
 func Start(t testing.TB, addr string, blockTimeout time.Duration, logger *slog.Logger) *delayqueue.Queue {
 	t.Helper()
-	redisOpts := delayqueue.RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+	redisOpts := redisconn.Options{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 2*blockTimeout + 5*time.Second, WriteTimeout: 3 * time.Second}
 	return StartWith(t, redisOpts, delayqueue.Options{
 		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
@@ -26,9 +27,9 @@ func Start(t testing.TB, addr string, blockTimeout time.Duration, logger *slog.L
 // StartWith runs a Queue with the given options until the test ends. At
 // cleanup, held pops are answered, Run has returned and the pool is closed,
 // after the cleanups registered later (such as an HTTP server's Close).
-func StartWith(t testing.TB, redisOpts delayqueue.RedisOptions, opts delayqueue.Options, logger *slog.Logger) *delayqueue.Queue {
+func StartWith(t testing.TB, redisOpts redisconn.Options, opts delayqueue.Options, logger *slog.Logger) *delayqueue.Queue {
 	t.Helper()
-	pool := delayqueue.NewPool(redisOpts)
+	pool := redisconn.NewPool(redisOpts)
 	q, err := delayqueue.New(pool, opts, logger)
 	if err != nil {
 		pool.Close()

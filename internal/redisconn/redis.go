@@ -1,4 +1,9 @@
-package delayqueue
+// Package redisconn owns how the server reaches Redis: one server, the
+// primary that Redis Sentinel names, or the primaries of a Redis Cluster by
+// hash slot. It dials (credentials, TLS, timeouts), pools connections, drops
+// connections to servers that were demoted, and in cluster mode keeps the
+// slot map and follows redirects. It knows nothing of the queue's keys.
+package redisconn
 
 import (
 	"context"
@@ -18,9 +23,13 @@ import (
 // MinRedisVersion is the oldest Redis the engine runs on.
 const MinRedisVersion = "6.2.0"
 
-// RedisOptions says how to reach Redis: one server at Addr, or the primary
+// ErrUnavailable wraps the failures of CheckServer to get an answer from
+// Redis, as opposed to an answer it does not accept.
+var ErrUnavailable = errors.New("redis unavailable")
+
+// Options says how to reach Redis: one server at Addr, or the primary
 // that Redis Sentinel names (SentinelAddrs and MasterName).
-type RedisOptions struct {
+type Options struct {
 	// Addr is the server's host:port. It is ignored when SentinelAddrs is
 	// set.
 	Addr string
@@ -77,7 +86,7 @@ func NewTLSConfig(caFile, serverName string) (*tls.Config, error) {
 // (checked with ROLE). Connections that learn their server was demoted to a
 // replica (a READONLY or MASTERDOWN reply) report it through Err, so the
 // pool closes them instead of reusing them, and the blocking loops redial.
-func (o RedisOptions) Dial() (redis.Conn, error) {
+func (o Options) Dial() (redis.Conn, error) {
 	if len(o.SentinelAddrs) > 0 {
 		return o.dialPrimary()
 	}
@@ -90,7 +99,7 @@ func (o RedisOptions) Dial() (redis.Conn, error) {
 
 // dialServer opens a connection to the Redis server at addr with the
 // options' credentials, TLS settings, database and timeouts.
-func (o RedisOptions) dialServer(addr string) (redis.Conn, error) {
+func (o Options) dialServer(addr string) (redis.Conn, error) {
 	opts := []redis.DialOption{
 		redis.DialConnectTimeout(o.ConnectTimeout),
 		redis.DialReadTimeout(o.ReadTimeout),
@@ -110,7 +119,7 @@ func (o RedisOptions) dialServer(addr string) (redis.Conn, error) {
 }
 
 // NewPool returns a connection pool for short commands and scripts.
-func NewPool(o RedisOptions) *redis.Pool {
+func NewPool(o Options) *redis.Pool {
 	maxActive := o.MaxActive
 	if maxActive <= 0 {
 		maxActive = DefaultMaxActive

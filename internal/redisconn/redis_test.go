@@ -1,11 +1,10 @@
-package delayqueue
+package redisconn
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,69 +18,61 @@ import (
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
-// connectivityOptions are RedisOptions with the test timeouts and no
-// address: each test says how to reach its server.
-func connectivityOptions() RedisOptions {
-	return RedisOptions{DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+// connectivityOptions are Options with the test timeouts and no address:
+// each test says how to reach its server.
+func connectivityOptions() Options {
+	return Options{DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
 }
 
-// exerciseQueue runs a job through push, pop, finish and get on a queue
-// built from ro, so that every command and script the engine uses passes
-// through ro's connections.
-func exerciseQueue(t *testing.T, ro RedisOptions, mutate ...func(*Options)) {
+// exerciseConnections runs a command, a script and a blocking pop through
+// a pool built from o and through a connection from o.Dial, so that every
+// kind of call the engine makes passes through o's connections.
+func exerciseConnections(t *testing.T, o Options) {
 	t.Helper()
-	pool := NewPool(ro)
-	opts := Options{BucketSize: 2, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 5 * time.Second, Dial: ro.Dial}
-	for _, m := range mutate {
-		m(&opts)
-	}
-	q, err := New(pool, opts, connectivityLogger(t))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- q.Run(ctx) }()
-	defer func() {
-		q.StopWaiting()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		pool.Close()
-	}()
-
+	pool := NewPool(o)
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if err := CheckServer(ctx, pool); err != nil {
 		t.Fatalf("CheckServer: %v", err)
 	}
-	if _, err := q.Push(ctx, Job{Topic: "conn", ID: "c1", Delay: 50 * time.Millisecond, TTR: 5 * time.Second, Body: "b"}); err != nil {
-		t.Fatalf("Push: %v", err)
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
 	}
-	// The hold makes the blocking dispatch loops (Options.Dial) hand the
-	// job out once the scanner moves it.
-	d, err := q.Pop(ctx, []string{"conn"}, 5*time.Second)
-	if err != nil || d == nil || d.ID != "c1" || d.Body != "b" {
-		t.Fatalf("Pop = %+v, %v; want job c1", d, err)
+	defer c.Close()
+	if _, err := c.Do("DEL", "conn:list"); err != nil {
+		t.Fatalf("DEL: %v", err)
 	}
-	if err := q.Finish(ctx, "c1"); err != nil {
-		t.Fatalf("Finish: %v", err)
+	got, err := redis.String(redis.NewScript(1, "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])").Do(c, "conn:k", "v"))
+	if err != nil || got != "v" {
+		t.Fatalf("script = %q, %v; want v", got, err)
 	}
-	if info, err := q.Get(ctx, "c1"); err != nil || info != nil {
-		t.Fatalf("Get after Finish = %+v, %v; want nil, nil", info, err)
-	}
-}
 
-type connectivityLogWriter struct{ t testing.TB }
-
-func (w connectivityLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func connectivityLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(connectivityLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	blocking, err := o.Dial()
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer blocking.Close()
+	popped := make(chan []string, 1)
+	go func() {
+		reply, err := redis.Strings(blocking.Do("BLPOP", "conn:list", 5))
+		if err != nil {
+			t.Errorf("BLPOP: %v", err)
+		}
+		popped <- reply
+	}()
+	redistest.WaitFor(t, 5*time.Second, "the BLPOP to block", func() bool {
+		info, err := redis.String(c.Do("INFO", "clients"))
+		return err == nil && infoField(info, "blocked_clients") == "1"
+	})
+	if _, err := c.Do("RPUSH", "conn:list", "x"); err != nil {
+		t.Fatalf("RPUSH: %v", err)
+	}
+	if reply := <-popped; len(reply) != 2 || reply[1] != "x" {
+		t.Fatalf("BLPOP = %q, want [conn:list x]", reply)
+	}
 }
 
 func TestDialACLUser(t *testing.T) {
@@ -92,7 +83,8 @@ func TestDialACLUser(t *testing.T) {
 	}
 	defer admin.Close()
 	// The permissions docs/operations.md lists for the server's ACL user;
-	// ROLE is only needed with Sentinel.
+	// ROLE is only needed with Sentinel. (delayqueue's tests check that the
+	// engine needs no more.)
 	rules := []any{"SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "-@all",
 		"+@read", "+@write", "+@scripting", "+@connection", "+@blocking", "-@dangerous", "+info", "+role", "+time"}
 	if _, err := admin.Do("ACL", rules...); err != nil {
@@ -133,7 +125,7 @@ func TestDialACLUser(t *testing.T) {
 			if err == nil {
 				t.Fatalf("ACL WHOAMI = %q: the test user must not have admin commands", who)
 			}
-			exerciseQueue(t, ro)
+			exerciseConnections(t, ro)
 		})
 	}
 }
@@ -143,8 +135,8 @@ func TestDialTLS(t *testing.T) {
 	srv := redistest.StartTLS(t, files)
 	otherCA := redistest.WriteTLSFiles(t, "redis.test")
 
-	withCA := func(caFile, serverName string) func(*RedisOptions) error {
-		return func(o *RedisOptions) error {
+	withCA := func(caFile, serverName string) func(*Options) error {
+		return func(o *Options) error {
 			cfg, err := NewTLSConfig(caFile, serverName)
 			o.TLS, o.TLSConfig = true, cfg
 			return err
@@ -152,7 +144,7 @@ func TestDialTLS(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		setup   func(*RedisOptions) error
+		setup   func(*Options) error
 		wantErr string
 	}{
 		{"trusted CA, name from the address (IP SAN)", withCA(files.CAFile, ""), ""},
@@ -160,7 +152,7 @@ func TestDialTLS(t *testing.T) {
 		{"wrong server name", withCA(files.CAFile, "other.test"), "certificate"},
 		{"another CA", withCA(otherCA.CAFile, ""), "certificate"},
 		{"system roots", withCA("", ""), "certificate"},
-		{"plain text to a TLS port", func(*RedisOptions) error { return nil }, "connect to redis"},
+		{"plain text to a TLS port", func(*Options) error { return nil }, "connect to redis"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,7 +176,7 @@ func TestDialTLS(t *testing.T) {
 				t.Fatalf("Dial: %v", err)
 			}
 			c.Close()
-			exerciseQueue(t, ro)
+			exerciseConnections(t, ro)
 		})
 	}
 }
