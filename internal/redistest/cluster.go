@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -53,17 +54,45 @@ var clusterSettings = []string{
 // directives for every node, such as "appendonly yes".
 func StartCluster(t testing.TB, primaries, replicasPerPrimary int, extra ...string) *Cluster {
 	t.Helper()
+	return startCluster(t, nil, primaries, replicasPerPrimary, extra)
+}
+
+// StartClusterTLS is StartCluster with TLS only: clients, replication and
+// the cluster bus, with the files' certificate (for 127.0.0.1, the address
+// every node announces, and files.ServerName) on every node.
+func StartClusterTLS(t testing.TB, files TLSFiles, primaries, replicasPerPrimary int, extra ...string) *Cluster {
+	t.Helper()
+	conf := append([]string{
+		"tls-cert-file " + files.CertFile,
+		"tls-key-file " + files.KeyFile,
+		"tls-ca-cert-file " + files.CAFile,
+		"tls-auth-clients no",
+		"tls-cluster yes",
+		"tls-replication yes",
+	}, extra...)
+	return startCluster(t, &files, primaries, replicasPerPrimary, conf)
+}
+
+func startCluster(t testing.TB, files *TLSFiles, primaries, replicasPerPrimary int, extra []string) *Cluster {
+	t.Helper()
 	serverBin := Binary(t, "redis-server")
 	cliBin := Binary(t, "redis-cli")
+	var clientTLS *tls.Config
+	var cliTLS []string
+	if files != nil {
+		clientTLS = files.ClientConfig(t)
+		cliTLS = []string{"--tls", "--cacert", files.CAFile}
+	}
 	c := &Cluster{}
 	conf := append(slices.Clone(clusterSettings), extra...)
 	for range primaries * (1 + replicasPerPrimary) {
-		c.Nodes = append(c.Nodes, startClusterNode(t, serverBin, conf))
+		c.Nodes = append(c.Nodes, startClusterNode(t, serverBin, clientTLS, conf))
 	}
 
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args := append(cliTLS, "--cluster", "create")
+	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerPrimary), "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, cliBin, args...).CombinedOutput()
 	if err != nil {
@@ -83,7 +112,8 @@ func StartCluster(t testing.TB, primaries, replicasPerPrimary int, extra ...stri
 
 // startClusterNode starts one node on a port p such that p and its cluster
 // bus port p+10000 are free, below the kernel's range of ephemeral ports.
-func startClusterNode(t testing.TB, bin string, conf []string) *ClusterNode {
+// With clientTLS the node listens for TLS only, on p.
+func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []string) *ClusterNode {
 	t.Helper()
 	var lastErr error
 	for range 10 {
@@ -91,7 +121,7 @@ func startClusterNode(t testing.TB, bin string, conf []string) *ClusterNode {
 		if !portFree(port) || !portFree(port+10000) {
 			continue
 		}
-		s := &Server{Dir: t.TempDir(), Addr: "127.0.0.1:" + strconv.Itoa(port), args: append([]string{bin}, conf...)}
+		s := &Server{Dir: t.TempDir(), Addr: "127.0.0.1:" + strconv.Itoa(port), args: append([]string{bin}, conf...), tls: clientTLS}
 		if lastErr = s.start(port); lastErr != nil {
 			continue
 		}
