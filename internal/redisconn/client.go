@@ -22,7 +22,7 @@ type Observer interface {
 	// RedirectClusterDown.
 	Redirect(kind string)
 	// MapRefresh counts an attempt to fetch the slot map, and whether a
-	// node gave it.
+	// node gave it; when one did, the map is in use when it is called.
 	MapRefresh(ok bool)
 }
 
@@ -73,6 +73,10 @@ type Client struct {
 	mu     sync.Mutex
 	pools  map[string]*redis.Pool
 	closed bool
+	// movedDuringFetch holds the owners MOVED replies named while a fetch
+	// of the map was under way (nil when none is): the fetched map may
+	// predate them, so they are laid over it.
+	movedDuringFetch map[int]string
 
 	refreshEvery    time.Duration
 	refreshRequests chan struct{} // holds at most one request
@@ -121,12 +125,13 @@ func newClient(opts Options, logger *slog.Logger, obs Observer, refreshEvery tim
 	ctx, cancel := context.WithTimeout(c.ctx, refreshTimeout)
 	m, err := c.fetchSlotMap(ctx)
 	cancel()
-	obs.MapRefresh(err == nil)
 	if err != nil {
+		obs.MapRefresh(false)
 		c.cancel()
 		return nil, fmt.Errorf("redis cluster at %s: %w", strings.Join(opts.ClusterAddrs, ","), err)
 	}
 	c.install(m)
+	obs.MapRefresh(true)
 	go c.refreshLoop()
 	return c, nil
 }
@@ -168,9 +173,10 @@ func (c *Client) Close() error {
 // when every reply f received was such a refusal (or NOSCRIPT): Redis gives
 // them before running a command, so nothing ran. f must therefore send the
 // command carrying key first, keep all its keys in key's slot, and be safe
-// to run again when that command was refused. A Do after Sends counts as a
-// command that ran, and so does an unread reply of a pipeline only if its
-// command is in another slot, which f must not do.
+// to run again when that command was refused. In a pipeline, the replies f
+// reads are what counts: one it leaves unread is taken to be refused like
+// the others (its command is in the same slot); a Do after Sends reads
+// their replies in bulk, so it counts as commands that ran.
 //
 // A connection error after a command was sent is returned, not retried (the
 // command may have run); it makes the client fetch the map again. A failure
@@ -439,15 +445,23 @@ func (c *Client) noteReply(err error, from string) {
 func (c *Client) noteMoved(slot int, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.movedDuringFetch != nil {
+		c.movedDuringFetch[slot] = addr
+	}
 	if m := c.slots.Load(); m.addr(slot) != addr {
 		c.slots.Store(m.withOwner(slot, addr))
 	}
 }
 
-// install publishes a fetched map and closes the pools of the nodes that
-// are no longer primaries in it.
+// install publishes a fetched map, with the MOVED replies met during the
+// fetch laid over it, and closes the pools of the nodes that are no longer
+// primaries in it.
 func (c *Client) install(m *slotMap) {
 	c.mu.Lock()
+	for slot, addr := range c.movedDuringFetch {
+		m.setOwner(slot, addr)
+	}
+	c.movedDuringFetch = nil
 	before := c.slots.Load().serving()
 	c.slots.Store(m)
 	var gone []*redis.Pool
@@ -521,20 +535,27 @@ func (c *Client) refresh() {
 	c.refreshMu.Unlock()
 	defer close(done)
 
+	c.mu.Lock()
+	c.movedDuringFetch = map[int]string{}
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(c.ctx, refreshTimeout)
 	m, err := c.fetchSlotMap(ctx)
 	cancel()
-	c.obs.MapRefresh(err == nil)
 	if err != nil {
+		c.mu.Lock()
+		c.movedDuringFetch = nil
+		c.mu.Unlock()
+		c.obs.MapRefresh(false)
 		if !c.refreshFailing && c.ctx.Err() == nil {
 			c.log.Warn("cannot fetch the redis cluster slot map; routing by the last one", "err", err)
 		}
 		c.refreshFailing = true
 		return
 	}
+	c.install(m)
+	c.obs.MapRefresh(true)
 	if c.refreshFailing {
 		c.log.Info("fetched the redis cluster slot map again")
 		c.refreshFailing = false
 	}
-	c.install(m)
 }

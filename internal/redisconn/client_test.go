@@ -471,3 +471,41 @@ func TestMovedStormIsOneRefresh(t *testing.T) {
 	}
 	t.Logf("%d calls, %d MOVED, %d map fetches in %v", calls, obs.redirected(RedirectMoved), asked, took)
 }
+
+// A map fetched while a MOVED reply was met may predate it: the owner the
+// MOVED named stays in force over the fetched map.
+func TestMovedDuringAFetchOutlivesIt(t *testing.T) {
+	fc := &fakeCluster{}
+	var movedTo atomic.Value
+	movedTo.Store("")
+	a := fc.node(t, func(_ *fakeSession, args []string) string {
+		if to := movedTo.Load().(string); to != "" {
+			return respErr(fmt.Sprintf("MOVED %d %s", Slot(args[1]), to))
+		}
+		return respBulk("a")
+	})
+	b := fc.node(t, serveConstant("b"))
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+	c, obs := newTestClient(t, a.addr)
+
+	// A fetch starts and gets the map as it is: everything on a.
+	gate := fc.holdSlots(t)
+	c.requestRefresh()
+	<-gate.arrived
+	// Then the slots move to b, and a call meets the MOVED.
+	fc.setSlots(fakeRange{0, SlotCount - 1, b})
+	movedTo.Store(b.addr)
+	if v, err := get(c, "k"); err != nil || v != "b" {
+		t.Fatalf("GET = %q, %v; want b's answer", v, err)
+	}
+	// The stale fetch ends; the next one (asked for by the MOVED) is held.
+	refreshes := obs.refreshed(true)
+	gate.release <- struct{}{}
+	redistest.WaitFor(t, 5*time.Second, "the stale map to be installed", func() bool { return obs.refreshed(true) > refreshes })
+	if v, err := get(c, "k"); err != nil || v != "b" {
+		t.Fatalf("GET after the stale fetch = %q, %v; want b's answer", v, err)
+	}
+	if got := count(a.received(), "GET"); got != 1 {
+		t.Errorf("a got %d GETs, want 1: the stale map sent the call back to a", got)
+	}
+}

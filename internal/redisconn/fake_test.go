@@ -18,6 +18,25 @@ import (
 type fakeCluster struct {
 	slots      atomic.Value // string: the RESP reply to CLUSTER SLOTS
 	slotsAsked atomic.Int64
+	// gate, when set, holds every CLUSTER SLOTS reply (the map as it was
+	// when asked) until the test releases it.
+	gate atomic.Pointer[fakeGate]
+}
+
+// fakeGate holds CLUSTER SLOTS replies: each one held signals arrived,
+// then waits for a value on release (or its close).
+type fakeGate struct {
+	arrived chan struct{}
+	release chan struct{}
+}
+
+// holdSlots makes the nodes hold their CLUSTER SLOTS replies from now on,
+// until the test ends or releases them one by one.
+func (fc *fakeCluster) holdSlots(t *testing.T) *fakeGate {
+	g := &fakeGate{arrived: make(chan struct{}, 100), release: make(chan struct{})}
+	fc.gate.Store(g)
+	t.Cleanup(func() { close(g.release) })
+	return g
 }
 
 // fakeRange is one range of a fake slot map.
@@ -116,6 +135,10 @@ func (fc *fakeCluster) serve(n *fakeNode, conn net.Conn) {
 		case "CLUSTER SLOTS":
 			fc.slotsAsked.Add(1)
 			reply = fc.slots.Load().(string)
+			if g := fc.gate.Load(); g != nil {
+				g.arrived <- struct{}{}
+				<-g.release
+			}
 		case "ASKING":
 			n.record(args)
 			s.asking = true

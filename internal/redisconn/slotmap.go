@@ -73,13 +73,18 @@ func (m *slotMap) serving() []string {
 // withOwner returns a copy of m in which addr serves slot.
 func (m *slotMap) withOwner(slot int, addr string) *slotMap {
 	n := &slotMap{owner: m.owner, primaries: slices.Clone(m.primaries), replicas: m.replicas}
-	i := slices.Index(n.primaries, addr)
-	if i < 0 {
-		i = len(n.primaries)
-		n.primaries = append(n.primaries, addr)
-	}
-	n.owner[slot] = int16(i)
+	n.setOwner(slot, addr)
 	return n
+}
+
+// setOwner makes addr serve slot in m, which must not be published yet.
+func (m *slotMap) setOwner(slot int, addr string) {
+	i := slices.Index(m.primaries, addr)
+	if i < 0 {
+		i = len(m.primaries)
+		m.primaries = append(m.primaries, addr)
+	}
+	m.owner[slot] = int16(i)
 }
 
 // parseClusterSlots builds a map from a CLUSTER SLOTS reply: one entry per
