@@ -26,7 +26,10 @@ const (
 type Config struct {
 	// BindAddress is where the HTTP server listens (bind_address).
 	BindAddress string
-	// BucketSize is the number of bucket ZSETs (bucket_size).
+	// BucketSize is the number of partitions the jobs spread over
+	// (bucket_size); 0 when the file leaves it unset (or says 0): the count recorded
+	// in Redis is used then, else DefaultBucketSize, or
+	// DefaultClusterBucketSize on a Redis Cluster.
 	BucketSize int
 	// BucketName is the bucket key template with one %d (bucket_name).
 	BucketName string
@@ -139,12 +142,28 @@ type Redis struct {
 	// MasterName is the name the sentinels monitor the primary under
 	// (redis.master_name).
 	MasterName string
+	// ClusterAddrs lists seed nodes of a Redis Cluster (host:port); when
+	// set, Host is ignored and DB must be 0 (redis.cluster_addrs,
+	// comma-separated).
+	ClusterAddrs []string
 	// WaitReplicas, when above 0, makes every acknowledged change wait
 	// until that many replicas have it (redis.wait_replicas).
 	WaitReplicas int
 	// WaitTimeout bounds that wait (redis.wait_timeout_ms).
 	WaitTimeout time.Duration
 }
+
+// The partition counts used when bucket_size is unset and Redis has no
+// record of one: the original's 3 on one Redis; on a cluster, a multiple of
+// 1, 2, 3, 4 and 6 primaries, so that an evenly split cluster of those
+// sizes holds as many partitions on each primary.
+const (
+	DefaultBucketSize        = 3
+	DefaultClusterBucketSize = 12
+)
+
+// Cluster reports whether Redis is a cluster (redis.cluster_addrs).
+func (r Redis) Cluster() bool { return len(r.ClusterAddrs) > 0 }
 
 // Sentinel reports whether the primary is found through Redis Sentinel.
 func (r Redis) Sentinel() bool { return len(r.SentinelAddrs) > 0 }
@@ -157,7 +176,7 @@ func (r Redis) Embedded() bool { return r.Host == EmbeddedHost }
 func Default() Config {
 	return Config{
 		BindAddress:           "0.0.0.0:9277",
-		BucketSize:            3,
+		BucketSize:            0,
 		BucketName:            "dq_bucket_%d",
 		QueueName:             "dq_queue_%s",
 		QueueBlockTimeout:     178 * time.Second,

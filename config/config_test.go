@@ -14,7 +14,7 @@ func TestDefaultMatchesTheOriginal(t *testing.T) {
 	got := Default()
 	want := Config{
 		BindAddress:           "0.0.0.0:9277",
-		BucketSize:            3,
+		BucketSize:            0,
 		BucketName:            "dq_bucket_%d",
 		QueueName:             "dq_queue_%s",
 		QueueBlockTimeout:     178 * time.Second,
@@ -73,7 +73,7 @@ func TestLoadOriginalFiles(t *testing.T) {
 			// The same file with every line uncommented: inline "; ..."
 			// comments must not leak into values.
 			file:   "original-v0.4-uncommented.conf",
-			change: func(c *Config) { c.BindAddress = "0.0.0.0:9278" },
+			change: func(c *Config) { c.BindAddress = "0.0.0.0:9278"; c.BucketSize = 3 },
 		},
 		{
 			// An early version: quoted values and the bucket key that is gone.
@@ -254,7 +254,7 @@ bucket_size = +4
 			ini:    "bucket_size =\nredis.read_timeout = ; ms\nqueue_block_timeout = \"\"\nmax_body_bytes =",
 			change: func(*Config) {},
 			wantWarnings: []string{
-				"bucket_size: empty value, using the default 3",
+				"bucket_size: empty value: left unset (the partition count recorded in Redis, else the default)",
 				"redis.read_timeout: empty value, using the default 180000",
 				"queue_block_timeout: empty value, using the default 178",
 				"max_body_bytes: empty value, using the default 16777216",
@@ -302,7 +302,6 @@ func TestParseErrors(t *testing.T) {
 		{"number in section", "[redis]\nmax_idle = lots", []string{"redis.max_idle", `"lots"`}},
 		{"int overflow", "max_body_bytes = 99999999999999999999", []string{"max_body_bytes", "out of range"}},
 		{"duration overflow", "queue_block_timeout = 9223372036854775807", []string{"queue_block_timeout", "out of range"}},
-		{"bucket_size zero", "bucket_size = 0", []string{"bucket_size = 0", "between 1 and"}},
 		{"bucket_size negative", "bucket_size = -2", []string{"bucket_size = -2"}},
 		{"bucket_size huge", "bucket_size = 5000", []string{"bucket_size = 5000"}},
 		{"bucket_name without %d", "bucket_name = dq_bucket", []string{"bucket_name", "%d exactly once"}},
@@ -373,7 +372,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{"debug_addr", "differ from bind_address"}},
 		{"key in both spellings", "redis.host = 127.0.0.1:1\n[redis]\nhost = 127.0.0.1:2",
 			[]string{"redis.host is set twice", "[redis] host"}},
-		{"several problems at once", "bucket_size = 0\nlog_format = xml", []string{"bucket_size = 0", "log_format"}},
+		{"several problems at once", "bucket_size = -1\nlog_format = xml", []string{"bucket_size = -1", "log_format"}},
 		{"not ini", "[redis", []string{"parse ini"}},
 	}
 	for _, tt := range tests {
@@ -547,6 +546,10 @@ func TestShippedConfDocumentsEveryKey(t *testing.T) {
 	}
 	for key := range settingSetters() {
 		line := "\n" + key + " ="
+		if key == "bucket_size" {
+			// Left unset on purpose: the count recorded in Redis wins.
+			line = "\n; " + key + " ="
+		}
 		i := strings.Index(string(text), line)
 		if i < 0 {
 			t.Errorf("%s has no line %q", path, strings.TrimSpace(line))

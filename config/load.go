@@ -77,8 +77,13 @@ func Parse(data []byte) (Config, []string, error) {
 			}
 		}
 	}
-	if _, hostGiven := writtenAs["redis.host"]; hostGiven && cfg.Redis.Sentinel() && !cfg.Redis.Embedded() {
-		warnings = append(warnings, "redis.host is ignored: the primary is the one redis.sentinel_addrs name")
+	if _, hostGiven := writtenAs["redis.host"]; hostGiven && !cfg.Redis.Embedded() {
+		switch {
+		case cfg.Redis.Sentinel():
+			warnings = append(warnings, "redis.host is ignored: the primary is the one redis.sentinel_addrs name")
+		case cfg.Redis.Cluster() && cfg.Redis.Host != Default().Redis.Host:
+			warnings = append(warnings, "redis.host is ignored: the cluster's nodes are found from redis.cluster_addrs")
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, warnings, err
@@ -93,7 +98,7 @@ type setter func(cfg *Config, raw string) (warning string, err error)
 func settingSetters() map[string]setter {
 	return map[string]setter{
 		"bind_address":            stringSetting(func(c *Config) *string { return &c.BindAddress }),
-		"bucket_size":             intSetting(func(c *Config) *int { return &c.BucketSize }),
+		"bucket_size":             bucketSizeSetting,
 		"bucket_name":             stringSetting(func(c *Config) *string { return &c.BucketName }),
 		"queue_name":              stringSetting(func(c *Config) *string { return &c.QueueName }),
 		"queue_block_timeout":     durationSetting(time.Second, func(c *Config) *time.Duration { return &c.QueueBlockTimeout }),
@@ -134,6 +139,7 @@ func settingSetters() map[string]setter {
 		"redis.tls_server_name": stringSetting(func(c *Config) *string { return &c.Redis.TLSServerName }),
 		"redis.sentinel_addrs":  listSetting(func(c *Config) *[]string { return &c.Redis.SentinelAddrs }),
 		"redis.master_name":     stringSetting(func(c *Config) *string { return &c.Redis.MasterName }),
+		"redis.cluster_addrs":   listSetting(func(c *Config) *[]string { return &c.Redis.ClusterAddrs }),
 		"redis.wait_replicas":   intSetting(func(c *Config) *int { return &c.Redis.WaitReplicas }),
 		"redis.wait_timeout_ms": durationSetting(time.Millisecond, func(c *Config) *time.Duration { return &c.Redis.WaitTimeout }),
 	}
@@ -246,6 +252,20 @@ func boolSetting(field func(*Config) *bool) setter {
 		}
 		return "", nil
 	}
+}
+
+// bucketSizeSetting reads bucket_size. Left empty, it stays unset, as
+// when the key is missing; 0 says the same.
+func bucketSizeSetting(c *Config, raw string) (string, error) {
+	if raw == "" {
+		return "empty value: left unset (the partition count recorded in Redis, else the default)", nil
+	}
+	n, err := parseInteger(raw, strconv.IntSize)
+	if err != nil {
+		return "", err
+	}
+	c.BucketSize = int(n)
+	return "", nil
 }
 
 func logLevelSetting(c *Config, raw string) (string, error) {

@@ -29,8 +29,11 @@ func (c Config) Validate() error {
 	if p := checkAddress(c.BindAddress, 0); p != "" {
 		add("bind_address = %q: %s", c.BindAddress, p)
 	}
-	if c.BucketSize < 1 || c.BucketSize > MaxBucketSize {
-		add("bucket_size = %d: must be between 1 and %d", c.BucketSize, MaxBucketSize)
+	if c.BucketSize < 0 || c.BucketSize > MaxBucketSize {
+		add("bucket_size = %d: must be between 1 and %d, or 0 (or unset) for the count recorded in Redis", c.BucketSize, MaxBucketSize)
+	}
+	if strings.ContainsAny(c.BucketName, "{}") {
+		add("bucket_name = %q: must not contain { or }: the bucket names become the partitions' hash tags", c.BucketName)
 	}
 	if p := checkTemplate(c.BucketName, 'd'); p != "" {
 		add("bucket_name = %q: %s", c.BucketName, p)
@@ -123,7 +126,7 @@ func (c Config) Validate() error {
 
 	// With Sentinel, redis.host is not used (unless it asks for the
 	// embedded Redis, which ignores every setting for a remote one).
-	if !c.Redis.Embedded() && !c.Redis.Sentinel() {
+	if !c.Redis.Embedded() && !c.Redis.Sentinel() && !c.Redis.Cluster() {
 		if p := checkAddress(c.Redis.Host, 1); p != "" {
 			add("redis.host = %q: %s, or %s", c.Redis.Host, p, EmbeddedHost)
 		}
@@ -181,6 +184,19 @@ func (r Redis) validateConnectivity(add func(format string, args ...any)) {
 	for _, addr := range r.SentinelAddrs {
 		if p := checkAddress(addr, 1); p != "" {
 			add("redis.sentinel_addrs: %q: %s", addr, p)
+		}
+	}
+	if r.Cluster() && !r.Embedded() {
+		if r.Sentinel() {
+			add("redis.cluster_addrs and redis.sentinel_addrs are both set: a cluster fails over by itself; keep one")
+		}
+		if r.DB != 0 {
+			add("redis.cluster_addrs is set but redis.db = %d: a Redis Cluster has only database 0, set redis.db = 0", r.DB)
+		}
+		for _, addr := range r.ClusterAddrs {
+			if p := checkAddress(addr, 1); p != "" {
+				add("redis.cluster_addrs: %q: %s", addr, p)
+			}
 		}
 	}
 	if r.WaitReplicas < 0 {

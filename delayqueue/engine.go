@@ -32,9 +32,9 @@ type Options struct {
 	// BucketSize is the number of partitions (bucket_size). It must match
 	// the count the data was written with (see ResolvePartitions).
 	BucketSize int
-	BucketName string        // template with one %d: the partitions' tags, and the original's buckets
-	QueueName  string        // template with one %s: the original's ready lists, for the import
-	KeyPrefix  string        // namespace of the engine's keys; default "dq_"
+	BucketName string // template with one %d: the partitions' tags, and the original's buckets
+	QueueName  string // template with one %s: the original's ready lists, for the import
+	KeyPrefix  string // namespace of the engine's keys; default "dq_"
 	// BlockTimeout is the longest a Pop may hold (queue_block_timeout).
 	BlockTimeout time.Duration
 	ScanInterval time.Duration // safety-net scan period; 0 means 1s

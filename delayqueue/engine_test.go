@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -46,41 +47,36 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-func testRedisOptions(addr string) RedisOptions {
-	return RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+func testRedisOptions(addr string) redisconn.Options {
+	return redisconn.Options{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
 }
 
-// poolRedis reaches one Redis through a pool (until the engine's tests
-// move to redisconn).
-type poolRedis struct {
-	pool *redis.Pool
-	dial func() (redis.Conn, error)
-}
-
-func (r poolRedis) Do(ctx context.Context, _ string, f func(redis.Conn) error) error {
-	c, err := r.pool.GetContext(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return f(c)
-}
-
-func (r poolRedis) Dial(context.Context, string) (redis.Conn, error) { return r.dial() }
-
-// newTestQueue builds a queue on addr and runs it until the test ends.
+// newTestQueue builds a queue on addr, with the key check on, and runs it
+// until the test ends.
 func newTestQueue(t *testing.T, addr string, mutate ...func(*Options)) *Queue {
 	t.Helper()
-	ro := testRedisOptions(addr)
-	pool := NewPool(ro)
 	opts := Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 30 * time.Second, CheckKeys: true}
+		BlockTimeout: 30 * time.Second}
 	for _, m := range mutate {
 		m(&opts)
 	}
-	q, err := New(poolRedis{pool, ro.Dial}, opts, testLogger(t))
+	return startQueue(t, testRedisOptions(addr), opts, testLogger(t))
+}
+
+// startQueue builds a queue reaching Redis through ro, with the key check
+// on, runs it until the test ends, and returns once it serves.
+func startQueue(t testing.TB, ro redisconn.Options, opts Options, logger *slog.Logger) *Queue {
+	t.Helper()
+	rdb, err := redisconn.New(ro, logger, nil)
 	if err != nil {
+		t.Fatalf("redisconn.New: %v", err)
+	}
+	opts.CheckKeys = true
+	opts.Cluster = rdb.Cluster()
+	q, err := New(rdb, opts, logger)
+	if err != nil {
+		rdb.Close()
 		t.Fatalf("New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,7 +91,7 @@ func newTestQueue(t *testing.T, addr string, mutate ...func(*Options)) *Queue {
 		q.StopWaiting()
 		cancel()
 		<-done
-		pool.Close()
+		rdb.Close()
 	})
 	select {
 	case <-q.Started():
@@ -532,8 +528,12 @@ func TestBurstIsMovedInBatches(t *testing.T) {
 }
 
 func TestInvalidJobs(t *testing.T) {
-	ro := testRedisOptions("127.0.0.1:1")
-	q, err := New(poolRedis{NewPool(ro), ro.Dial}, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
+	rdb, err := redisconn.New(testRedisOptions("127.0.0.1:1"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	q, err := New(rdb, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,10 +600,12 @@ func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 
 func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
-		ro := testRedisOptions(addr)
-		pool := NewPool(ro)
-		defer pool.Close()
-		q, err := New(poolRedis{pool, ro.Dial}, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
+		rdb, err := redisconn.New(testRedisOptions(addr), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		q, err := New(rdb, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
 			ScanInterval: 30 * time.Second, CheckKeys: true}, testLogger(t))
 		if err != nil {
 			t.Fatal(err)

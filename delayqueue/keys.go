@@ -5,6 +5,8 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // The key schema: every key name the engine uses is built here.
@@ -87,9 +89,6 @@ func (k keySchema) bucketName(n int) string {
 	return k.bucketPrefix + strconv.Itoa(n) + k.bucketSuffix
 }
 
-// slotCount is Redis Cluster's number of hash slots.
-const slotCount = 16384
-
 // partitionTag is the hash tag of partition n of count: "{" + the bucket
 // name + "}", or, when that name's slot is not in the n-th of count equal
 // ranges of the slot space, the bucket name with the first suffix ".1",
@@ -100,44 +99,16 @@ const slotCount = 16384
 // primaries divide count.
 func (k keySchema) partitionTag(n, count int) string {
 	name := k.bucketName(n)
-	width := slotCount / count
-	lo := (n-1)*slotCount/count + width/4
-	hi := (n-1)*slotCount/count + width - width/4
+	width := redisconn.SlotCount / count
+	lo := (n-1)*redisconn.SlotCount/count + width/4
+	hi := (n-1)*redisconn.SlotCount/count + width - width/4
 	candidate := name
 	for i := 1; ; i++ {
-		if s := keySlot("{" + candidate + "}"); s >= lo && s < hi {
+		if s := redisconn.Slot("{" + candidate + "}"); s >= lo && s < hi {
 			return "{" + candidate + "}"
 		}
 		candidate = name + "." + strconv.Itoa(i)
 	}
-}
-
-// keySlot is the Redis Cluster hash slot of key: CRC16 of its hash tag
-// (the text between the first { and the next }, when not empty) or of the
-// whole key.
-func keySlot(key string) int {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			key = key[open+1 : open+1+end]
-		}
-	}
-	return int(crc16(key)) % slotCount
-}
-
-// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster's key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for j := 0; j < 8; j++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
 
 // partitionKeyNames are the suffixes of a partition's keys, in the order

@@ -211,28 +211,10 @@ func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 
 	ro := testRedisOptions(srv.Addr)
 	ro.Username, ro.Password = "dq", "dq-secret"
-	pool := NewPool(ro)
-	defer pool.Close()
 	logs := newRecordedLog(t)
 	obs := &recordingObserver{counts: map[string]int{}}
-	q, err := New(poolRedis{pool, ro.Dial}, Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 30 * time.Second, Observer: obs, CheckKeys: true}, slog.New(logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := q.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	<-q.Started()
+	q := startQueue(t, ro, Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+		BlockTimeout: 30 * time.Second, Observer: obs}, slog.New(logs))
 
 	mustPush(t, q, Job{Topic: "acl", ID: "1", Delay: 200 * time.Millisecond})
 	redistest.WaitFor(t, 5*time.Second, "the scanner's error at error level, and counted", func() bool {

@@ -33,7 +33,9 @@ func newPartition(q *Queue, number, loops int) *partition {
 	p.pushes = newLanes(MaxPushBatchJobs, func(c pushCall) int { return len(c.jobs) },
 		func(ctx context.Context, calls []pushCall) ([]pushReply, error) { return q.execPushes(ctx, p, calls) })
 	p.claims = newLanes(maxClaimsPerCall, claimBatch.size,
-		func(ctx context.Context, calls []claimBatch) ([][][]*Delivery, error) { return q.execClaims(ctx, p, calls) })
+		func(ctx context.Context, calls []claimBatch) ([][][]*Delivery, error) {
+			return q.execClaims(ctx, p, calls)
+		})
 	idCount := func(ids []any) int { return len(ids) }
 	p.finishes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.finish))
 	p.deletes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.remove))

@@ -17,7 +17,7 @@ var scriptFiles embed.FS
 // when Redis lost its script cache (a restart, SCRIPT FLUSH).
 type scripts struct {
 	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
-	kick, deadDelete, deadSweep, get, signal, claimHook *redis.Script
+	kick, deadDelete, deadSweep, get, signal, claimHook           *redis.Script
 	// export and adopt move jobs between partitions (Repartition).
 	export, adopt *redis.Script
 	// The migrations touch several partitions' keys and the old layouts'

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // OtherTopic is the label of every topic beyond the cap on topic labels.
@@ -52,6 +53,8 @@ type Metrics struct {
 	loopErrors     *prometheus.CounterVec
 	deadDropped    *prometheus.GaugeVec
 	deadDroppedAll prometheus.Gauge
+	redirects      *prometheus.CounterVec
+	mapRefreshes   *prometheus.CounterVec
 	webhookCalls   *prometheus.CounterVec
 	webhookTiming  prometheus.Histogram
 }
@@ -118,6 +121,14 @@ func New(opts Options, logger *slog.Logger) *Metrics {
 			Name: "delayqueue_dead_letters_dropped_all",
 			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, of every topic (those since gone included), since the counters began (sampled from Redis, shared by every instance).",
 		}),
+		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delayqueue_redis_redirects_total",
+			Help: "Redis Cluster redirects met by this process's calls, by kind (moved, ask, tryagain, clusterdown); each is followed.",
+		}, []string{"kind"}),
+		mapRefreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "delayqueue_redis_map_refreshes_total",
+			Help: "Fetches of the Redis Cluster slot map, by result (ok, error).",
+		}, []string{"result"}),
 		webhookCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "delayqueue_webhook_calls_total",
 			Help: "Webhook calls by result class (2xx, 3xx, 4xx, 5xx, timeout, connection_error, refused).",
@@ -129,8 +140,12 @@ func New(opts Options, logger *slog.Logger) *Metrics {
 		}),
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.jobs, m.leaseExpired, m.jobsByState, m.deadDropped, m.deadDroppedAll, m.scanLag, m.scanLagHist,
-		m.redisErrors, m.loopErrors, m.webhookCalls, m.webhookTiming,
+		m.redisErrors, m.loopErrors, m.redirects, m.mapRefreshes, m.webhookCalls, m.webhookTiming,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Present at 0, for rate().
+	for _, kind := range []string{redisconn.RedirectMoved, redisconn.RedirectAsk, redisconn.RedirectTryAgain, redisconn.RedirectClusterDown} {
+		m.redirects.WithLabelValues(kind)
+	}
 	return m
 }
 
@@ -228,15 +243,30 @@ func (m *Metrics) sample(ctx context.Context, q *delayqueue.Queue) {
 	m.deadDroppedAll.Set(float64(total))
 }
 
-// WatchPool adds gauges of the Redis pool's connections.
-func (m *Metrics) WatchPool(pool *redis.Pool) {
+// WatchPool adds gauges of the Redis pools' connections, read from stats
+// (summed over a cluster's primaries).
+func (m *Metrics) WatchPool(stats func() redis.PoolStats) {
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "delayqueue_redis_pool_in_use",
-		Help: "Redis pool connections in use (not idle); the dispatch loops hold a few more of their own.",
+		Help: "Redis pool connections in use (not idle), summed over a cluster's primaries; the dispatch loops hold a few more of their own.",
 	}, func() float64 {
-		s := pool.Stats()
+		s := stats()
 		return float64(s.ActiveCount - s.IdleCount)
 	}))
+}
+
+// Redirect counts a Redis Cluster redirect a call met (kind: moved, ask,
+// tryagain, clusterdown); it makes Metrics a redisconn.Observer.
+func (m *Metrics) Redirect(kind string) { m.redirects.WithLabelValues(kind).Inc() }
+
+// MapRefresh counts a fetch of a Redis Cluster's slot map, and whether it
+// succeeded.
+func (m *Metrics) MapRefresh(ok bool) {
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	m.mapRefreshes.WithLabelValues(result).Inc()
 }
 
 // ObserveRequest counts one HTTP request.

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"github.com/gomodule/redigo/redis"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/enginetest"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -40,24 +43,16 @@ func TestLoopErrorsAreCountedPerLoop(t *testing.T) {
 
 func TestMetricsFromARealQueue(t *testing.T) {
 	mr := redistest.Mini(t)
-	ro := delayqueue.RedisOptions{Addr: mr.Addr(), DB: 1, ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second}
-	pool := delayqueue.NewPool(ro)
-	defer pool.Close()
+	ro := redisconn.Options{Addr: mr.Addr(), DB: 1, ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second}
 	m := New(Options{SampleInterval: 20 * time.Millisecond}, nil)
-	q, err := delayqueue.New(pool, delayqueue.Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s", Dial: ro.Dial, Observer: m}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := enginetest.StartWith(t, ro, delayqueue.Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s", Observer: m}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan struct{})
-	go func() { q.Run(ctx); close(runDone) }()
 	sampling := m.WatchQueue(ctx, q)
 	defer func() {
 		cancel()
 		<-sampling
-		<-runDone
 	}()
-	m.WatchPool(pool)
+	m.WatchPool(func() redis.PoolStats { return redis.PoolStats{ActiveCount: 3, IdleCount: 1} })
 
 	if _, err := q.Push(ctx, delayqueue.Job{Topic: "order", ID: "1", TTR: time.Minute}); err != nil {
 		t.Fatal(err)

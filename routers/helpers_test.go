@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,22 +38,23 @@ type fakeQueue struct {
 	mu    sync.Mutex
 	calls []queueCall
 
-	err         error                   // returned by every method when set
-	opErr       map[string]error        // by op name ("get", "touch"…): overrides err
-	pushResult  delayqueue.PushResult   // returned by Push
-	pushResults []delayqueue.PushResult // returned by PushBatch; nil: created for each job
-	delivery    *delayqueue.Delivery    // returned by Pop
-	deliveries  []*delayqueue.Delivery  // returned by PopBatch
-	info        *delayqueue.JobInfo     // returned by Get
-	dead        []string                // returned by FinishBatch
-	deleted     int                     // returned by DeleteBatch and DeadDelete
-	loops       []delayqueue.LoopStatus // returned by LoopHealth
-	state       string                  // returned by Release, also with an error
-	due         time.Time               // returned by Release
-	leaseUntil  time.Time               // returned by Touch
-	deadJobs    []delayqueue.JobInfo    // returned by DeadList
-	deadTotal   int                     // returned by DeadList
-	kicked      []string                // returned by DeadKick
+	err         error                     // returned by every method when set
+	opErr       map[string]error          // by op name ("get", "touch"…): overrides err
+	pushResult  delayqueue.PushResult     // returned by Push
+	pushResults []delayqueue.PushResult   // returned by PushBatch; nil: created for each job
+	delivery    *delayqueue.Delivery      // returned by Pop
+	deliveries  []*delayqueue.Delivery    // returned by PopBatch
+	info        *delayqueue.JobInfo       // returned by Get
+	dead        []string                  // dead-lettered in FinishBatch's statuses
+	statuses    []delayqueue.RemoveStatus // returned by FinishBatch and DeleteBatch when set
+	deleted     int                       // returned by DeleteBatch and DeadDelete
+	loops       []delayqueue.LoopStatus   // returned by LoopHealth
+	state       string                    // returned by Release, also with an error
+	due         time.Time                 // returned by Release
+	leaseUntil  time.Time                 // returned by Touch
+	deadJobs    []delayqueue.JobInfo      // returned by DeadList
+	deadTotal   int                       // returned by DeadList
+	kicked      []string                  // returned by DeadKick
 	stats       map[string]delayqueue.TopicStats
 	topicNames  []string // returned by Topics
 	panicMsg    string   // every method panics with it when set
@@ -121,9 +123,22 @@ func (f *fakeQueue) Finish(ctx context.Context, id string) error {
 	return f.errOf("finish")
 }
 
-func (f *fakeQueue) FinishBatch(ctx context.Context, ids []string) ([]string, error) {
+func (f *fakeQueue) FinishBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error) {
 	f.record(queueCall{op: "finishBatch", ids: ids})
-	return f.dead, f.errOf("finishBatch")
+	if err := f.errOf("finishBatch"); err != nil && f.statuses == nil {
+		return nil, err
+	}
+	if f.statuses != nil {
+		return f.statuses, f.errOf("finishBatch")
+	}
+	statuses := make([]delayqueue.RemoveStatus, len(ids))
+	for i, id := range ids {
+		statuses[i] = delayqueue.Removed
+		if slices.Contains(f.dead, id) {
+			statuses[i] = delayqueue.RemoveDead
+		}
+	}
+	return statuses, nil
 }
 
 func (f *fakeQueue) Delete(ctx context.Context, id string) error {
@@ -131,9 +146,21 @@ func (f *fakeQueue) Delete(ctx context.Context, id string) error {
 	return f.errOf("delete")
 }
 
-func (f *fakeQueue) DeleteBatch(ctx context.Context, ids []string) (int, error) {
+func (f *fakeQueue) DeleteBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error) {
 	f.record(queueCall{op: "deleteBatch", ids: ids})
-	return f.deleted, f.errOf("deleteBatch")
+	if err := f.errOf("deleteBatch"); err != nil && f.statuses == nil {
+		return nil, err
+	}
+	if f.statuses != nil {
+		return f.statuses, f.errOf("deleteBatch")
+	}
+	statuses := make([]delayqueue.RemoveStatus, len(ids))
+	for i := range ids {
+		if i < f.deleted {
+			statuses[i] = delayqueue.Removed
+		}
+	}
+	return statuses, nil
 }
 
 func (f *fakeQueue) Get(ctx context.Context, id string) (*delayqueue.JobInfo, error) {

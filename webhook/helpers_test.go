@@ -14,6 +14,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/enginetest"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -92,19 +93,19 @@ func testLogger(t testing.TB) (*slog.Logger, warnCounter) {
 	return slog.New(h), h
 }
 
-func testRedisOptions(addr string) delayqueue.RedisOptions {
-	return delayqueue.RedisOptions{Addr: addr, MaxIdle: 10, ConnectTimeout: time.Second,
+func testRedisOptions(addr string) redisconn.Options {
+	return redisconn.Options{Addr: addr, MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
 }
 
-func queueOptions(ro delayqueue.RedisOptions) delayqueue.Options {
+func queueOptions(ro redisconn.Options) delayqueue.Options {
 	return delayqueue.Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 5 * time.Second, ScanInterval: 100 * time.Millisecond, Dial: ro.Dial}
+		BlockTimeout: 5 * time.Second, ScanInterval: 100 * time.Millisecond}
 }
 
 // newQueue builds a queue on addr and runs its scanners until the test
 // ends.
-func newQueue(t *testing.T, addr string, logger *slog.Logger) (*delayqueue.Queue, delayqueue.RedisOptions) {
+func newQueue(t *testing.T, addr string, logger *slog.Logger) (*delayqueue.Queue, redisconn.Options) {
 	t.Helper()
 	ro := testRedisOptions(addr)
 	return enginetest.StartWith(t, ro, queueOptions(ro), logger), ro
@@ -139,9 +140,9 @@ func (r *running) stop(t *testing.T) time.Duration {
 	return r.took
 }
 
-func startDispatcher(t *testing.T, q *delayqueue.Queue, ro delayqueue.RedisOptions, opts Options, logger *slog.Logger, tweak ...func(*Dispatcher)) *running {
+func startDispatcher(t *testing.T, q *delayqueue.Queue, ro redisconn.Options, opts Options, logger *slog.Logger, tweak ...func(*Dispatcher)) *running {
 	t.Helper()
-	d, err := New(q, ro.Dial, opts, logger)
+	d, err := New(q, opts, logger)
 	if err != nil {
 		t.Fatalf("webhook.New: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -23,13 +24,17 @@ const childRedisEnv = "WEBHOOK_TEST_CHILD_REDIS"
 func runChildDispatcher(addr string) int {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ro := testRedisOptions(addr)
-	pool := delayqueue.NewPool(ro)
-	q, err := delayqueue.New(pool, queueOptions(ro), logger)
+	rdb, err := redisconn.New(ro, logger, nil)
+	if err != nil {
+		logger.Error("child redis", "err", err)
+		return 1
+	}
+	q, err := delayqueue.New(rdb, queueOptions(ro), logger)
 	if err != nil {
 		logger.Error("child queue", "err", err)
 		return 1
 	}
-	d, err := New(q, ro.Dial, Options{Allow: allowLoopback}, logger)
+	d, err := New(q, Options{Allow: allowLoopback}, logger)
 	if err != nil {
 		logger.Error("child dispatcher", "err", err)
 		return 1

@@ -62,9 +62,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	showVersion := flags.Bool("v", false, "print the version and exit")
 	embedded := flags.Bool("embedded", false,
 		"run an in-process Redis (miniredis) instead of connecting to redis.host: jobs live in memory only")
+	repartition := flags.Int("repartition", 0,
+		"with every server stopped, move the jobs in Redis to `N` partitions (bucket_size), then exit")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "Usage: delay-queue [-c delay-queue.conf] [-embedded] [-v]")
+			fmt.Fprintln(stdout, "Usage: delay-queue [-c delay-queue.conf] [-embedded] [-v] [-repartition N]")
 			flags.SetOutput(stdout)
 			flags.PrintDefaults()
 			return nil
@@ -102,6 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, name := range fromEnv {
 		// The name only: the value may be a secret.
 		logger.Info("setting taken from the environment", "variable", name)
+	}
+	if *repartition != 0 {
+		return repartitionJobs(ctx, cfg, *repartition, logger, stdout)
 	}
 	return serve(ctx, cfg, logger)
 }

@@ -9,29 +9,37 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // Start runs a Queue with the default key names on the Redis at addr (db 1)
 // until the test ends; blockTimeout is its longest pop hold.
 func Start(t testing.TB, addr string, blockTimeout time.Duration, logger *slog.Logger) *delayqueue.Queue {
 	t.Helper()
-	redisOpts := delayqueue.RedisOptions{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+	redisOpts := redisconn.Options{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 2*blockTimeout + 5*time.Second, WriteTimeout: 3 * time.Second}
 	return StartWith(t, redisOpts, delayqueue.Options{
 		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: blockTimeout, Dial: redisOpts.Dial,
+		BlockTimeout: blockTimeout,
 	}, logger)
 }
 
-// StartWith runs a Queue with the given options until the test ends. At
-// cleanup, held pops are answered, Run has returned and the pool is closed,
-// after the cleanups registered later (such as an HTTP server's Close).
-func StartWith(t testing.TB, redisOpts delayqueue.RedisOptions, opts delayqueue.Options, logger *slog.Logger) *delayqueue.Queue {
+// StartWith runs a Queue with the given options, and the key check on
+// (delayqueue.Options.CheckKeys), until the test ends; it returns once the
+// queue serves. At cleanup, held pops are answered, Run has returned and
+// the connections are closed, after the cleanups registered later (such as
+// an HTTP server's Close).
+func StartWith(t testing.TB, redisOpts redisconn.Options, opts delayqueue.Options, logger *slog.Logger) *delayqueue.Queue {
 	t.Helper()
-	pool := delayqueue.NewPool(redisOpts)
-	q, err := delayqueue.New(pool, opts, logger)
+	rdb, err := redisconn.New(redisOpts, logger, nil)
 	if err != nil {
-		pool.Close()
+		t.Fatalf("redisconn.New: %v", err)
+	}
+	opts.CheckKeys = true
+	opts.Cluster = rdb.Cluster()
+	q, err := delayqueue.New(rdb, opts, logger)
+	if err != nil {
+		rdb.Close()
 		t.Fatalf("delayqueue.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,7 +51,14 @@ func StartWith(t testing.TB, redisOpts delayqueue.RedisOptions, opts delayqueue.
 		if err := <-runDone; err != nil {
 			t.Errorf("queue Run: %v", err)
 		}
-		pool.Close()
+		rdb.Close()
 	})
+	select {
+	case <-q.Started():
+	case err := <-runDone:
+		t.Fatalf("queue Run returned before it served: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queue did not serve within 10s")
+	}
 	return q
 }

@@ -45,14 +45,18 @@ func FreePort(t testing.TB) int {
 }
 
 // Binary returns the path of the named program (redis-server,
-// redis-sentinel), or skips the test (fails it when DQ_REQUIRE_REDIS=1)
-// when it is absent.
+// redis-sentinel, redis-cli), or skips the test (fails it when
+// DQ_REQUIRE_REDIS=1) when it is absent.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("%s not found in PATH and %s=1: install it (apt-get install %s)", name, RequireEnv, name)
+			pkg := name
+			if name == "redis-cli" {
+				pkg = "redis-tools" // Debian's package for it
+			}
+			t.Fatalf("%s not found in PATH and %s=1: install it (apt-get install %s)", name, RequireEnv, pkg)
 		}
 		t.Skipf("%s not found in PATH: skipping the real-Redis variant (set %s=1 to make this a failure)", name, RequireEnv)
 	}

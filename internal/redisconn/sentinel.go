@@ -1,4 +1,4 @@
-package delayqueue
+package redisconn
 
 import (
 	"errors"
@@ -30,7 +30,7 @@ const (
 
 // dialPrimary asks the sentinels for the primary, connects to it and checks
 // that it is one.
-func (o RedisOptions) dialPrimary() (redis.Conn, error) {
+func (o Options) dialPrimary() (redis.Conn, error) {
 	var lastErr error
 	for attempt := 0; attempt < primaryDialAttempts; attempt++ {
 		if attempt > 0 {
@@ -59,7 +59,7 @@ func (o RedisOptions) dialPrimary() (redis.Conn, error) {
 
 // discoverPrimary asks each sentinel in turn for the address of the primary
 // named MasterName; the first that knows it answers.
-func (o RedisOptions) discoverPrimary() (string, error) {
+func (o Options) discoverPrimary() (string, error) {
 	problems := make([]string, 0, len(o.SentinelAddrs))
 	for _, sentinel := range o.SentinelAddrs {
 		addr, err := o.askSentinel(sentinel)
@@ -72,7 +72,7 @@ func (o RedisOptions) discoverPrimary() (string, error) {
 }
 
 // askSentinel asks one sentinel for the primary's address.
-func (o RedisOptions) askSentinel(sentinelAddr string) (string, error) {
+func (o Options) askSentinel(sentinelAddr string) (string, error) {
 	timeout := o.ConnectTimeout
 	if timeout <= 0 || timeout > maxSentinelTimeout {
 		timeout = maxSentinelTimeout

@@ -1,4 +1,9 @@
-package delayqueue
+// Package redisconn owns how the server reaches Redis: one server, the
+// primary that Redis Sentinel names, or the primaries of a Redis Cluster by
+// hash slot. It dials (credentials, TLS, timeouts), pools connections, drops
+// connections to servers that were demoted, and in cluster mode keeps the
+// slot map and follows redirects. It knows nothing of the queue's keys.
+package redisconn
 
 import (
 	"context"
@@ -18,20 +23,31 @@ import (
 // MinRedisVersion is the oldest Redis the engine runs on.
 const MinRedisVersion = "6.2.0"
 
-// RedisOptions says how to reach Redis: one server at Addr, or the primary
-// that Redis Sentinel names (SentinelAddrs and MasterName).
-type RedisOptions struct {
-	// Addr is the server's host:port. It is ignored when SentinelAddrs is
-	// set.
+// ErrUnavailable wraps the failures of CheckServer to get an answer from
+// Redis, as opposed to an answer it does not accept.
+var ErrUnavailable = errors.New("redis unavailable")
+
+// Options says how to reach Redis: one server at Addr, the primary that
+// Redis Sentinel names (SentinelAddrs and MasterName), or the primaries of
+// a Redis Cluster (ClusterAddrs).
+type Options struct {
+	// Addr is the server's host:port. It is ignored when SentinelAddrs or
+	// ClusterAddrs is set.
 	Addr string
-	DB   int
+	// DB is the database SELECTed on every connection. A cluster has only
+	// database 0: with ClusterAddrs it must be 0, and no SELECT is sent.
+	DB int
 	// Username selects an ACL user; it is sent only with a Password
-	// (AUTH username password).
+	// (AUTH username password). In a cluster they apply to every node.
 	Username string
 	Password string
-	// TLS encrypts the connections, to Redis and to the sentinels, with
-	// TLSConfig (nil: the system's roots, and the server name taken from
-	// the address).
+	// TLS encrypts the connections, to Redis, to the sentinels and to
+	// every node of a cluster, with TLSConfig (nil: the system's roots).
+	// The certificate must carry TLSConfig.ServerName when it is set, else
+	// the host of the address dialed: for a cluster's nodes, the host part
+	// of the address the cluster announces for them (CLUSTER SLOTS, MOVED),
+	// usually an IP address, so their certificates need that IP as a
+	// subject alternative name, or one name for all set in ServerName.
 	TLS       bool
 	TLSConfig *tls.Config
 	// SentinelAddrs lists sentinels (host:port), asked in turn for the
@@ -39,12 +55,36 @@ type RedisOptions struct {
 	// opened, so that new connections follow a failover.
 	SentinelAddrs []string
 	MasterName    string
+	// ClusterAddrs lists seed nodes of a Redis Cluster (host:port); setting
+	// it selects cluster mode. The seeds are asked for the slot map first,
+	// then the nodes the last map named; any node of the cluster will do.
+	ClusterAddrs []string
 
+	// MaxIdle and MaxActive bound a pool: the one pool of a server or a
+	// Sentinel-named primary, and in cluster mode each primary's own pool,
+	// so a process opens up to MaxActive connections to every primary.
 	MaxIdle        int
 	MaxActive      int // 0 picks DefaultMaxActive: the engine never holds a connection per waiter
 	ConnectTimeout time.Duration
 	ReadTimeout    time.Duration
 	WriteTimeout   time.Duration
+}
+
+// Cluster reports whether the options select cluster mode.
+func (o Options) Cluster() bool { return len(o.ClusterAddrs) > 0 }
+
+// validate rejects combinations no Redis deployment has.
+func (o Options) validate() error {
+	if !o.Cluster() {
+		return nil
+	}
+	if len(o.SentinelAddrs) > 0 {
+		return errors.New("redis: sentinel addresses and cluster addresses are exclusive")
+	}
+	if o.DB != 0 {
+		return fmt.Errorf("redis: a cluster has only database 0, not %d", o.DB)
+	}
+	return nil
 }
 
 // DefaultMaxActive bounds the command pool when the configuration leaves
@@ -77,7 +117,12 @@ func NewTLSConfig(caFile, serverName string) (*tls.Config, error) {
 // (checked with ROLE). Connections that learn their server was demoted to a
 // replica (a READONLY or MASTERDOWN reply) report it through Err, so the
 // pool closes them instead of reusing them, and the blocking loops redial.
-func (o RedisOptions) Dial() (redis.Conn, error) {
+// In cluster mode it fails: a connection there serves some slots only, see
+// Client.Dial.
+func (o Options) Dial() (redis.Conn, error) {
+	if o.Cluster() {
+		return nil, errClusterDial
+	}
 	if len(o.SentinelAddrs) > 0 {
 		return o.dialPrimary()
 	}
@@ -88,16 +133,22 @@ func (o RedisOptions) Dial() (redis.Conn, error) {
 	return &primaryConn{Conn: c}, nil
 }
 
+// errClusterDial is what Options.Dial and a pool from NewPool answer in
+// cluster mode.
+var errClusterDial = errors.New("redis: in cluster mode connections are opened per node by a Client")
+
 // dialServer opens a connection to the Redis server at addr with the
 // options' credentials, TLS settings, database and timeouts.
-func (o RedisOptions) dialServer(addr string) (redis.Conn, error) {
+func (o Options) dialServer(addr string) (redis.Conn, error) {
 	opts := []redis.DialOption{
 		redis.DialConnectTimeout(o.ConnectTimeout),
 		redis.DialReadTimeout(o.ReadTimeout),
 		redis.DialWriteTimeout(o.WriteTimeout),
-		redis.DialDatabase(o.DB),
 		redis.DialUseTLS(o.TLS),
 		redis.DialTLSConfig(o.TLSConfig),
+	}
+	if !o.Cluster() {
+		opts = append(opts, redis.DialDatabase(o.DB))
 	}
 	if o.Password != "" {
 		opts = append(opts, redis.DialUsername(o.Username), redis.DialPassword(o.Password))
@@ -109,8 +160,16 @@ func (o RedisOptions) dialServer(addr string) (redis.Conn, error) {
 	return c, nil
 }
 
-// NewPool returns a connection pool for short commands and scripts.
-func NewPool(o RedisOptions) *redis.Pool {
+// NewPool returns a connection pool for short commands and scripts, to the
+// server or the Sentinel-named primary (in cluster mode its connections
+// fail: use a Client).
+func NewPool(o Options) *redis.Pool {
+	return o.newPool(o.Dial, len(o.SentinelAddrs) > 0)
+}
+
+// newPool returns a pool of connections from dial. followSentinel makes it
+// check the role of connections idle for a while.
+func (o Options) newPool(dial func() (redis.Conn, error), followSentinel bool) *redis.Pool {
 	maxActive := o.MaxActive
 	if maxActive <= 0 {
 		maxActive = DefaultMaxActive
@@ -126,13 +185,12 @@ func NewPool(o RedisOptions) *redis.Pool {
 	if maxIdle > maxActive {
 		maxIdle = maxActive
 	}
-	followSentinel := len(o.SentinelAddrs) > 0
 	return &redis.Pool{
 		MaxIdle:     maxIdle,
 		MaxActive:   maxActive,
 		Wait:        true,
 		IdleTimeout: 240 * time.Second,
-		Dial:        o.Dial,
+		Dial:        dial,
 		TestOnBorrow: func(c redis.Conn, returned time.Time) error {
 			idle := time.Since(returned)
 			// A failover may have demoted the server while the connection
@@ -163,9 +221,16 @@ var errDemoted = errors.New("redis server is no longer the primary (READONLY or 
 // reply saying the server is a replica marks it broken: redigo's pool
 // closes connections whose Err is not nil when they are returned, so the
 // next command dials again, and with Sentinel finds the new primary.
+//
+// In cluster mode it also reports every error to the Client (noteReply),
+// so that redirects met by any connection, pooled or dialed for a BLPOP,
+// update the slot map.
 type primaryConn struct {
 	redis.Conn
 	demoted atomic.Bool
+	// addr and cluster are set in cluster mode only.
+	addr    string
+	cluster *Client
 }
 
 var (
@@ -175,9 +240,15 @@ var (
 
 // note marks the connection broken when err is a reply from a replica.
 func (c *primaryConn) note(reply any, err error) (any, error) {
+	if err == nil {
+		return reply, nil
+	}
 	var redisErr redis.Error
 	if errors.As(err, &redisErr) && isReplicaReply(redisErr) {
 		c.demoted.Store(true)
+	}
+	if c.cluster != nil {
+		c.cluster.noteReply(err, c.addr)
 	}
 	return reply, err
 }
@@ -223,13 +294,20 @@ func (c *primaryConn) ReceiveContext(ctx context.Context) (any, error) {
 	return c.note(redis.ReceiveContext(c.Conn, ctx))
 }
 
-// CheckServer verifies that Redis answers and is new enough.
+// CheckServer verifies that the Redis behind pool answers and is new
+// enough.
 func CheckServer(ctx context.Context, pool *redis.Pool) error {
 	c, err := pool.GetContext(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer c.Close()
+	return checkVersion(c)
+}
+
+// checkVersion asks the server on c for its version and refuses one older
+// than MinRedisVersion.
+func checkVersion(c redis.Conn) error {
 	info, err := redis.String(redis.DoWithTimeout(c, 5*time.Second, "INFO", "server"))
 	if err != nil {
 		return fmt.Errorf("%w: INFO server: %w", ErrUnavailable, err)

@@ -1,0 +1,90 @@
+package delayqueue
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+// connectivityOptions are redisconn.Options with the test timeouts and no
+// address: each test says how to reach its server.
+func connectivityOptions() redisconn.Options {
+	return redisconn.Options{DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
+}
+
+// exerciseQueue runs a job through push, pop, finish and get on a queue
+// built from ro, so that every command and script the engine uses passes
+// through ro's connections.
+func exerciseQueue(t *testing.T, ro redisconn.Options) {
+	t.Helper()
+	q := startQueue(t, ro, Options{BucketSize: 2, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+		BlockTimeout: 5 * time.Second}, connectivityLogger(t))
+	ctx := context.Background()
+	if _, err := q.Push(ctx, Job{Topic: "conn", ID: "c1", Delay: 50 * time.Millisecond, TTR: 5 * time.Second, Body: "b"}); err != nil {
+		t.Fatalf("Push: %v", err)
+	}
+	// The hold makes the blocking dispatch loops (Options.Dial) hand the
+	// job out once the scanner moves it.
+	d, err := q.Pop(ctx, []string{"conn"}, 5*time.Second)
+	if err != nil || d == nil || d.ID != "c1" || d.Body != "b" {
+		t.Fatalf("Pop = %+v, %v; want job c1", d, err)
+	}
+	if err := q.Finish(ctx, "c1"); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	if info, err := q.Get(ctx, "c1"); err != nil || info != nil {
+		t.Fatalf("Get after Finish = %+v, %v; want nil, nil", info, err)
+	}
+}
+
+type connectivityLogWriter struct{ t testing.TB }
+
+func (w connectivityLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func connectivityLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(connectivityLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// The permissions docs/operations.md lists for the server's ACL user are
+// all the engine needs: every command and script of a job's life passes.
+func TestQueueWithTheDocumentedACLUser(t *testing.T) {
+	srv := redistest.Start(t)
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	rules := []any{"SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "-@all",
+		"+@read", "+@write", "+@scripting", "+@connection", "+@blocking", "-@dangerous", "+info", "+role", "+time"}
+	if _, err := admin.Do("ACL", rules...); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	ro := connectivityOptions()
+	ro.Addr, ro.Username, ro.Password = srv.Addr, "dq", "dq-secret"
+	exerciseQueue(t, ro)
+}
+
+// Every connection of the engine, the pooled ones and its blocking loops',
+// works over TLS.
+func TestQueueOverTLS(t *testing.T) {
+	files := redistest.WriteTLSFiles(t, "redis.test")
+	srv := redistest.StartTLS(t, files)
+	tlsConfig, err := redisconn.NewTLSConfig(files.CAFile, "redis.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := connectivityOptions()
+	ro.Addr, ro.TLS, ro.TLSConfig = srv.Addr, true, tlsConfig
+	exerciseQueue(t, ro)
+}

@@ -1,0 +1,184 @@
+package delayqueue
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// v1Fixture is testdata/layout-v1.json: the keys this server's layout
+// before partitions left in Redis (db 1), dumped after its own scripts
+// (the release before partitions, driven over HTTP) pushed, popped and
+// released jobs in every state: delayed, ready, reserved, retrying, dead
+// with a body stored whole, and webhook jobs.
+type v1Fixture struct {
+	CapturedAtMs int64 `json:"captured_at_ms"`
+	Keys         []struct {
+		Key  string            `json:"key"`
+		Type string            `json:"type"`
+		Hash map[string]string `json:"hash"`
+		ZSet []string          `json:"zset"`
+		List []string          `json:"list"`
+		Set  []string          `json:"set"`
+	} `json:"keys"`
+}
+
+// loadV1Fixture writes the fixture into db 1 at addr, its times moved by
+// as much as has passed since it was captured, so that the jobs are due
+// as they were then.
+func loadV1Fixture(t *testing.T, addr string) {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/layout-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f v1Fixture
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	shift := time.Now().UnixMilli() - f.CapturedAtMs
+	moved := func(ms string) string {
+		n, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			t.Fatalf("time %q: %v", ms, err)
+		}
+		return strconv.FormatInt(n+shift, 10)
+	}
+	c, err := testRedisOptions(addr).Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, k := range f.Keys {
+		args := []any{k.Key}
+		var cmd string
+		switch k.Type {
+		case "hash":
+			cmd = "HSET"
+			for field, v := range k.Hash {
+				if strings.HasPrefix(k.Key, "dq_job:") && (field == "c" || field == "d" || field == "l" || field == "dt") {
+					v = moved(v)
+				}
+				args = append(args, field, v)
+			}
+		case "zset":
+			cmd = "ZADD"
+			for i := 0; i < len(k.ZSet); i += 2 {
+				args = append(args, moved(k.ZSet[i+1]), k.ZSet[i])
+			}
+		case "list":
+			cmd = "RPUSH"
+			for _, v := range k.List {
+				args = append(args, v)
+			}
+		case "set":
+			cmd = "SADD"
+			for _, v := range k.Set {
+				args = append(args, v)
+			}
+		default:
+			t.Fatalf("fixture key %s of type %s", k.Key, k.Type)
+		}
+		if _, err := c.Do(cmd, args...); err != nil {
+			t.Fatalf("%s %s: %v", cmd, k.Key, err)
+		}
+	}
+}
+
+// Jobs of the layout before partitions are moved into partitions at
+// start-up, each in its state, and nothing of the old layout stays.
+func TestMigrateV1Layout(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		loadV1Fixture(t, addr)
+		q := newTestQueue(t, addr)
+		ctx := context.Background()
+		for _, want := range []struct {
+			id, topic, state, body string
+			attempts               int
+			hasCallback            bool
+		}{
+			{id: "v1-delayed", topic: "orders", state: StateDelay, body: "later"},
+			{id: "v1-ready", topic: "orders", state: StateReserved, body: "now", attempts: 1},
+			{id: "v1-ready-2", topic: "orders", state: StateReady, body: strings.Repeat("m", 150)},
+			{id: "v1-reserved", topic: "orders", state: StateReady, body: "held"},
+			{id: "v1-retry", topic: "mail", state: StateDelay, body: "retry me", attempts: 1},
+			{id: "v1-dead", topic: "mail", state: StateDead, body: strings.Repeat("b", 7000), attempts: 1},
+			{id: "v1-hook", topic: "hooks", state: StateDelay, body: `{"a":1}`, hasCallback: true},
+		} {
+			info, err := q.Get(ctx, want.id)
+			if err != nil || info == nil {
+				t.Fatalf("get %s: %+v, %v", want.id, info, err)
+			}
+			if info.Topic != want.topic || info.State != want.state || info.Body != want.body || info.Attempts != want.attempts ||
+				(info.Callback != nil) != want.hasCallback {
+				t.Errorf("%s migrated as %s/%s attempts %d callback %v body %d bytes, want %s/%s attempts %d callback %v body %d bytes",
+					want.id, info.Topic, info.State, info.Attempts, info.Callback != nil, len(info.Body),
+					want.topic, want.state, want.attempts, want.hasCallback, len(want.body))
+			}
+		}
+		retry, _ := q.Get(ctx, "v1-retry")
+		if retry.MaxAttempts != 5 || len(retry.Retry) != 2 || retry.DueAt.Before(time.Now().Add(50*time.Minute)) {
+			t.Errorf("v1-retry = %+v, want its schedule, max attempts and due time kept", retry)
+		}
+		dead, _ := q.Get(ctx, "v1-dead")
+		if dead.DeadReason != ReasonReleased || dead.DeadAt.IsZero() {
+			t.Errorf("v1-dead = %+v, want its reason and time of death", dead)
+		}
+		lease, _ := q.Get(ctx, "v1-ready")
+		if lease.LeaseUntil.IsZero() {
+			t.Errorf("v1-ready = %+v, want its lease kept", lease)
+		}
+		stats, err := q.Stats(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]TopicStats{
+			"orders": {Delay: 1, Ready: 2, Reserved: 1},
+			"mail":   {Delay: 1, Dead: 1},
+			"hooks":  {Delay: 1},
+		}
+		// v1-hook-ready was due already: it may have been called (and
+		// failed) or wait to be.
+		hooks := stats["hooks"]
+		if hooks.Delay+hooks.Ready+hooks.Reserved != 2 {
+			t.Errorf("hooks stats %+v, want its two jobs", hooks)
+		}
+		for topic, w := range want {
+			if topic != "hooks" && stats[topic] != w {
+				t.Errorf("%s stats %+v, want %+v", topic, stats[topic], w)
+			}
+		}
+		// The two ready jobs pop, and nothing of the old layout is left.
+		got := map[string]bool{}
+		for range 2 {
+			d := mustPop(t, q, time.Second, "orders")
+			if d == nil {
+				t.Fatal("a migrated ready job did not pop")
+			}
+			got[d.ID] = true
+		}
+		if !got["v1-ready-2"] || !got["v1-reserved"] {
+			t.Errorf("popped %v, want v1-ready-2 and v1-reserved", got)
+		}
+		c, err := testRedisOptions(addr).Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		keys, _ := redis.Strings(c.Do("KEYS", "*"))
+		for _, k := range keys {
+			if !strings.HasPrefix(k, "{") && k != "dq_layout" {
+				t.Errorf("old key %s left behind", k)
+			}
+		}
+		if l, found, err := ReadLayout(ctx, q.rdb, "dq_"); err != nil || !found || l.Partitions != 3 {
+			t.Errorf("layout record = %+v, %v, %v", l, found, err)
+		}
+	})
+}

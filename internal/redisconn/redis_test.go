@@ -1,0 +1,426 @@
+package redisconn
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+// connectivityOptions are Options with the test timeouts and no address:
+// each test says how to reach its server.
+func connectivityOptions() Options {
+	return Options{DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
+}
+
+// exerciseConnections runs a command, a script and a blocking pop through
+// a pool built from o and through a connection from o.Dial, so that every
+// kind of call the engine makes passes through o's connections.
+func exerciseConnections(t *testing.T, o Options) {
+	t.Helper()
+	pool := NewPool(o)
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := CheckServer(ctx, pool); err != nil {
+		t.Fatalf("CheckServer: %v", err)
+	}
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Do("DEL", "conn:list"); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	got, err := redis.String(redis.NewScript(1, "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])").Do(c, "conn:k", "v"))
+	if err != nil || got != "v" {
+		t.Fatalf("script = %q, %v; want v", got, err)
+	}
+
+	blocking, err := o.Dial()
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer blocking.Close()
+	popped := make(chan []string, 1)
+	go func() {
+		reply, err := redis.Strings(blocking.Do("BLPOP", "conn:list", 5))
+		if err != nil {
+			t.Errorf("BLPOP: %v", err)
+		}
+		popped <- reply
+	}()
+	redistest.WaitFor(t, 5*time.Second, "the BLPOP to block", func() bool {
+		info, err := redis.String(c.Do("INFO", "clients"))
+		return err == nil && infoField(info, "blocked_clients") == "1"
+	})
+	if _, err := c.Do("RPUSH", "conn:list", "x"); err != nil {
+		t.Fatalf("RPUSH: %v", err)
+	}
+	if reply := <-popped; len(reply) != 2 || reply[1] != "x" {
+		t.Fatalf("BLPOP = %q, want [conn:list x]", reply)
+	}
+}
+
+func TestDialACLUser(t *testing.T) {
+	srv := redistest.Start(t)
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// The permissions docs/operations.md lists for the server's ACL user;
+	// ROLE is only needed with Sentinel. (delayqueue's tests check that the
+	// engine needs no more.)
+	rules := []any{"SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "-@all",
+		"+@read", "+@write", "+@scripting", "+@connection", "+@blocking", "-@dangerous", "+info", "+role", "+time"}
+	if _, err := admin.Do("ACL", rules...); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+
+	tests := []struct {
+		name     string
+		username string
+		password string
+		wantErr  string // empty: the dial works
+	}{
+		{"acl user", "dq", "dq-secret", ""},
+		{"wrong password", "dq", "nope", "WRONGPASS"},
+		{"unknown user", "nobody", "dq-secret", "WRONGPASS"},
+		{"password without a user goes to the default user", "", "dq-secret", "AUTH"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ro := connectivityOptions()
+			ro.Addr, ro.Username, ro.Password = srv.Addr, tt.username, tt.password
+			c, err := ro.Dial()
+			if tt.wantErr != "" {
+				if err == nil {
+					c.Close()
+					t.Fatalf("Dial succeeded, want an error containing %q", tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Dial error %q does not contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Dial: %v", err)
+			}
+			defer c.Close()
+			who, err := redis.String(c.Do("ACL", "WHOAMI"))
+			if err == nil {
+				t.Fatalf("ACL WHOAMI = %q: the test user must not have admin commands", who)
+			}
+			exerciseConnections(t, ro)
+		})
+	}
+}
+
+func TestDialTLS(t *testing.T) {
+	files := redistest.WriteTLSFiles(t, "redis.test")
+	srv := redistest.StartTLS(t, files)
+	otherCA := redistest.WriteTLSFiles(t, "redis.test")
+
+	withCA := func(caFile, serverName string) func(*Options) error {
+		return func(o *Options) error {
+			cfg, err := NewTLSConfig(caFile, serverName)
+			o.TLS, o.TLSConfig = true, cfg
+			return err
+		}
+	}
+	tests := []struct {
+		name    string
+		setup   func(*Options) error
+		wantErr string
+	}{
+		{"trusted CA, name from the address (IP SAN)", withCA(files.CAFile, ""), ""},
+		{"trusted CA, server name", withCA(files.CAFile, "redis.test"), ""},
+		{"wrong server name", withCA(files.CAFile, "other.test"), "certificate"},
+		{"another CA", withCA(otherCA.CAFile, ""), "certificate"},
+		{"system roots", withCA("", ""), "certificate"},
+		{"plain text to a TLS port", func(*Options) error { return nil }, "connect to redis"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ro := connectivityOptions()
+			ro.Addr = srv.Addr
+			if err := tt.setup(&ro); err != nil {
+				t.Fatalf("TLS settings: %v", err)
+			}
+			c, err := ro.Dial()
+			if tt.wantErr != "" {
+				if err == nil {
+					c.Close()
+					t.Fatalf("Dial succeeded, want an error containing %q", tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Dial error %q does not contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Dial: %v", err)
+			}
+			c.Close()
+			exerciseConnections(t, ro)
+		})
+	}
+}
+
+func TestNewTLSConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, caFile := range []string{filepath.Join(dir, "missing.pem"), notPEM} {
+		if _, err := NewTLSConfig(caFile, ""); err == nil {
+			t.Errorf("NewTLSConfig(%q) succeeded, want an error", caFile)
+		}
+	}
+}
+
+// A connection whose server became a replica must leave the pool at its
+// first READONLY reply, not be handed out again.
+func TestDemotedConnectionLeavesThePool(t *testing.T) {
+	primary := redistest.Start(t)
+	other := redistest.Start(t)
+	ro := connectivityOptions()
+	ro.Addr = primary.Addr
+	pool := NewPool(ro)
+	defer pool.Close()
+
+	c := pool.Get()
+	if _, err := c.Do("SET", "k", "v"); err != nil {
+		t.Fatalf("SET on the primary: %v", err)
+	}
+	c.Close()
+	if idle := pool.Stats().IdleCount; idle != 1 {
+		t.Fatalf("idle connections = %d, want 1", idle)
+	}
+
+	demote, err := redis.Dial("tcp", primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer demote.Close()
+	host, port, _ := net.SplitHostPort(other.Addr)
+	if _, err := demote.Do("REPLICAOF", host, port); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+
+	c = pool.Get()
+	_, err = c.Do("SET", "k", "w")
+	var redisErr redis.Error
+	if !errors.As(err, &redisErr) || !strings.HasPrefix(string(redisErr), "READONLY") {
+		t.Fatalf("SET on the demoted server = %v, want a READONLY reply", err)
+	}
+	if !errors.Is(c.Err(), errDemoted) {
+		t.Errorf("Err() after READONLY = %v, want errDemoted", c.Err())
+	}
+	c.Close()
+	if stats := pool.Stats(); stats.IdleCount != 0 || stats.ActiveCount != 0 {
+		t.Fatalf("after READONLY the pool keeps %d idle of %d connections, want none", stats.IdleCount, stats.ActiveCount)
+	}
+
+	// Scripts refused on a replica carry the same prefix.
+	c = pool.Get()
+	defer c.Close()
+	_, err = redis.NewScript(0, "return redis.call('SET', 'k', 'x')").Do(c)
+	if !errors.Is(c.Err(), errDemoted) {
+		t.Errorf("script on a replica: err %v, Err() %v; want the connection marked demoted", err, c.Err())
+	}
+}
+
+// fakeSentinel answers every command with the raw RESP reply, like a
+// sentinel that names a fixed primary (or none).
+func fakeSentinel(t *testing.T, reply string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for readCommand(r) == nil {
+					if _, err := conn.Write([]byte(reply)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// readCommand reads one RESP array of bulk strings.
+func readCommand(r *bufio.Reader) error {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 2*n; i++ {
+		if _, err := r.ReadString('\n'); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func respAddr(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	return fmt.Sprintf("*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(host), host, len(port), port)
+}
+
+func TestSentinelDiscoveryErrors(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.StartReplica(t, primary)
+	deadAddr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+
+	tests := []struct {
+		name      string
+		sentinels []string
+		want      []string // substrings of the error; none: Dial works
+	}{
+		{"dead sentinel, then one naming the primary", []string{deadAddr, fakeSentinel(t, respAddr(primary.Addr))}, nil},
+		{"sentinel naming a replica", []string{fakeSentinel(t, respAddr(replica.Addr))},
+			[]string{replica.Addr, `role "slave"`}},
+		{"unknown primary name", []string{fakeSentinel(t, "*-1\r\n")}, []string{`does not monitor a primary named "dq"`}},
+		{"sentinel error reply", []string{fakeSentinel(t, "-ERR no such command\r\n")}, []string{"ERR no such command"}},
+		{"every sentinel dead", []string{deadAddr, deadAddr}, []string{"no sentinel gave the address", deadAddr}},
+		{"primary named but down", []string{fakeSentinel(t, respAddr(deadAddr))}, []string{"connect to redis at " + deadAddr}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ro := connectivityOptions()
+			ro.SentinelAddrs, ro.MasterName = tt.sentinels, "dq"
+			c, err := ro.Dial()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Dial: %v", err)
+				}
+				defer c.Close()
+				if err := checkPrimary(c); err != nil {
+					t.Fatalf("connected to a non-primary: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				c.Close()
+				t.Fatalf("Dial succeeded, want an error containing %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Dial error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// After a failover the pool's idle connections to the old primary are
+// checked when borrowed, the demoted ones dropped, and new connections go
+// to the promoted replica.
+func TestSentinelSwitchover(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.StartReplica(t, primary)
+	sentinel := redistest.StartSentinel(t, "dq", primary.Addr)
+	sentinel.WaitReplicas(t, "dq", 1)
+
+	ro := connectivityOptions()
+	ro.SentinelAddrs, ro.MasterName = []string{sentinel.Addr}, "dq"
+	pool := NewPool(ro)
+	defer pool.Close()
+	serverPort := func(c redis.Conn) string {
+		t.Helper()
+		info, err := redis.String(c.Do("INFO", "server"))
+		if err != nil {
+			t.Fatalf("INFO server: %v", err)
+		}
+		return infoField(info, "tcp_port")
+	}
+	_, primaryPort, _ := net.SplitHostPort(primary.Addr)
+	_, replicaPort, _ := net.SplitHostPort(replica.Addr)
+
+	c := pool.Get()
+	if got := serverPort(c); got != primaryPort {
+		t.Fatalf("connected to port %s, want the primary's %s", got, primaryPort)
+	}
+	c.Close()
+	idle := pool.Get() // kept to test TestOnBorrow below
+	if got := serverPort(idle); got != primaryPort {
+		t.Fatalf("second connection on port %s, want the primary's %s", got, primaryPort)
+	}
+
+	// A switchover without data loss: both servers stay up, and the old
+	// primary becomes a replica of the new one.
+	if _, err := sentinel.Do("SENTINEL", "FAILOVER", "dq"); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	redistest.WaitFor(t, 20*time.Second, "the sentinel to name the replica as primary", func() bool {
+		addr, err := redis.Strings(sentinel.Do("SENTINEL", "get-master-addr-by-name", "dq"))
+		return err == nil && len(addr) == 2 && addr[1] == replicaPort
+	})
+	// The sentinel turns the old primary into a replica at its next INFO
+	// poll, up to 10 s away; do it now.
+	demote, err := redis.Dial("tcp", primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer demote.Close()
+	if _, err := demote.Do("REPLICAOF", "127.0.0.1", replicaPort); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+	if err := checkPrimary(idle); err == nil {
+		t.Fatal("the old primary still reports the master role")
+	}
+
+	// TestOnBorrow checks the role of connections idle for a while.
+	if err := pool.TestOnBorrow(idle, time.Now().Add(-2*roleCheckAfterIdle)); err == nil {
+		t.Error("TestOnBorrow passed a connection to the demoted primary")
+	}
+	if err := pool.TestOnBorrow(idle, time.Now()); err != nil {
+		t.Errorf("TestOnBorrow checked a connection just returned: %v", err)
+	}
+	idle.Close()
+
+	// Whatever the pool held, a write now lands on the new primary: the
+	// connection to the old one fails with READONLY and is dropped.
+	redistest.WaitFor(t, 10*time.Second, "a write through the pool to succeed", func() bool {
+		c := pool.Get()
+		defer c.Close()
+		_, err := c.Do("SET", "after", "switchover")
+		return err == nil
+	})
+	c = pool.Get()
+	defer c.Close()
+	if got := serverPort(c); got != replicaPort {
+		t.Fatalf("after the switchover connected to port %s, want the promoted replica's %s", got, replicaPort)
+	}
+}

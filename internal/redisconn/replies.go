@@ -1,0 +1,127 @@
+package redisconn
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// The kinds of cluster redirect, as Observer.Redirect receives them and
+// RedirectKind returns them.
+const (
+	// RedirectMoved: the slot is served by another primary for good
+	// (resharding done, failover).
+	RedirectMoved = "moved"
+	// RedirectAsk: the slot is migrating and the key is not (or no longer)
+	// on this node; ask the target once, after ASKING.
+	RedirectAsk = "ask"
+	// RedirectTryAgain: a multi-key command on a migrating slot whose keys
+	// are split between the two nodes; retry after a pause.
+	RedirectTryAgain = "tryagain"
+	// RedirectClusterDown: the cluster cannot serve the slot now (no
+	// primary for it, or the node lost its majority).
+	RedirectClusterDown = "clusterdown"
+)
+
+// replyCode returns the first word of an error reply ("MOVED", "READONLY"),
+// or "" when err is not a redis.Error.
+func replyCode(err error) string {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return ""
+	}
+	code, _, _ := strings.Cut(string(reply), " ")
+	return code
+}
+
+// RedirectKind tells the cluster replies that send a command elsewhere or
+// later: RedirectMoved, RedirectAsk, RedirectTryAgain, RedirectClusterDown,
+// or "" for any other error (nil included).
+func RedirectKind(err error) string {
+	switch replyCode(err) {
+	case "MOVED":
+		return RedirectMoved
+	case "ASK":
+		return RedirectAsk
+	case "TRYAGAIN":
+		return RedirectTryAgain
+	case "CLUSTERDOWN":
+		return RedirectClusterDown
+	}
+	return ""
+}
+
+// IsRedirect reports whether err is a MOVED, ASK, TRYAGAIN or CLUSTERDOWN
+// reply: the command was refused, not run, because of where or when it was
+// sent. A blocked BLPOP is also answered so when its slot moves.
+func IsRedirect(err error) bool { return RedirectKind(err) != "" }
+
+// IsTransientReply reports whether err is an error reply meaning "Redis
+// cannot serve this now" rather than a refusal of the command itself:
+// loading its data, a replica since a failover (READONLY, MASTERDOWN),
+// too few replicas, a long script running (BUSY), a blocked command
+// unblocked by a role change (UNBLOCKED), or a cluster redirect that
+// Client.Do could not follow in its attempts.
+func IsTransientReply(err error) bool {
+	switch replyCode(err) {
+	case "LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "UNBLOCKED",
+		"TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK":
+		return true
+	}
+	return false
+}
+
+// refusedUnrun reports whether err is a reply that Redis gives before
+// running a command, so the command had no effect: the redirects, NOSCRIPT
+// (EVALSHA of an unknown script, which redigo's Script follows with EVAL),
+// and the replica's refusals.
+func refusedUnrun(err error) bool {
+	switch replyCode(err) {
+	case "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT", "READONLY", "MASTERDOWN":
+		return true
+	}
+	return false
+}
+
+// redirect is a parsed MOVED or ASK reply.
+type redirect struct {
+	kind string
+	slot int
+	addr string // host:port of the node to ask
+}
+
+// parseRedirect parses "MOVED <slot> <host>:<port>" and "ASK ...". An empty
+// host (Redis 7 with an unknown endpoint) means the host of the node that
+// answered, from.
+func parseRedirect(err error, from string) (redirect, bool) {
+	kind := RedirectKind(err)
+	if kind != RedirectMoved && kind != RedirectAsk {
+		return redirect{}, false
+	}
+	var reply redis.Error
+	errors.As(err, &reply)
+	fields := strings.Fields(string(reply))
+	if len(fields) != 3 {
+		return redirect{}, false
+	}
+	slot, err := strconv.Atoi(fields[1])
+	if err != nil || slot < 0 || slot >= SlotCount {
+		return redirect{}, false
+	}
+	// Redis writes ip:port without brackets, IPv6 included.
+	sep := strings.LastIndexByte(fields[2], ':')
+	if sep < 0 {
+		return redirect{}, false
+	}
+	host, port := fields[2][:sep], fields[2][sep+1:]
+	if host == "" {
+		host, _, _ = net.SplitHostPort(from)
+	}
+	if _, err := strconv.Atoi(port); err != nil || host == "" {
+		return redirect{}, false
+	}
+	return redirect{kind: kind, slot: slot, addr: net.JoinHostPort(host, port)}, true
+}
