@@ -78,7 +78,7 @@ type CallbackDelivery struct {
 // ClaimCallbacks leases up to count ready webhook jobs to the caller, from
 // the partitions in turn, starting at the next one of the rotation.
 func (q *Queue) ClaimCallbacks(ctx context.Context, count int) ([]CallbackDelivery, error) {
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("claim callbacks: %w", err)
 	}
 	n := len(q.partitions)

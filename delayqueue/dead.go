@@ -98,7 +98,7 @@ func (q *Queue) DeadList(ctx context.Context, topic string, offset, limit int) (
 	if offset < 0 || limit < 1 || limit > MaxDeadPage {
 		return nil, 0, fmt.Errorf("dead list: %w: offset must be 0 or more and limit 1 to %d", ErrInvalidJob, MaxDeadPage)
 	}
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return nil, 0, fmt.Errorf("dead list %s: %w", topic, err)
 	}
 	entries, total, err := q.deadEntries(ctx, topic, offset+limit, false)
@@ -137,7 +137,7 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 	if id == "" && (count < 1 || count > MaxDeadPage) {
 		return nil, fmt.Errorf("dead kick: %w: count must be 1 to %d", ErrInvalidJob, MaxDeadPage)
 	}
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("dead kick %s: %w", topic, err)
 	}
 	ids := map[*partition][]string{q.partitionOf(id): {id}}
@@ -167,7 +167,7 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 // DeadDelete deletes one dead letter of a topic, or (id "") all of them.
 // It returns how many it deleted.
 func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return 0, fmt.Errorf("dead delete %s: %w", topic, err)
 	}
 	if id != "" {

@@ -279,13 +279,37 @@ func loadAll(c redis.Conn, all []*redis.Script) error {
 // engine serves.
 func (q *Queue) Started() <-chan struct{} { return q.ready }
 
-// started returns ErrStarting until Run has finished the migrations.
-func (q *Queue) started() error {
+// startWait bounds how long a call waits for Run to finish bringing older
+// layouts' jobs over; an empty database takes milliseconds.
+const startWait = 10 * time.Second
+
+// started waits until Run has finished the migrations, for up to
+// startWait or until ctx ends, and then returns ErrStarting.
+func (q *Queue) started(ctx context.Context) error {
 	select {
 	case <-q.ready:
 		return nil
 	default:
+	}
+	t := time.NewTimer(startWait)
+	defer t.Stop()
+	select {
+	case <-q.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
 		return ErrStarting
+	}
+}
+
+// isStarted reports whether Run has finished the migrations.
+func (q *Queue) isStarted() bool {
+	select {
+	case <-q.ready:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -74,7 +74,7 @@ func (q *Queue) removeJobs(ctx context.Context, op string, lanesOf func(*partiti
 			return nil, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
 		}
 	}
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
 	}
 	statuses := make([]RemoveStatus, len(ids))
@@ -179,7 +179,7 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 	if id == "" {
 		return "", time.Time{}, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
 	}
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return "", time.Time{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
 	p := q.partitionOf(id)
@@ -224,7 +224,7 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 
 // Get returns the stored view of a job, or nil when there is no such job.
 func (q *Queue) Get(ctx context.Context, id string) (*JobInfo, error) {
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("get %s: %w", id, err)
 	}
 	infos, err := q.getJobs(ctx, q.partitionOf(id), []string{id})

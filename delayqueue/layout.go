@@ -137,8 +137,8 @@ func (q *Queue) migrate(ctx context.Context) error {
 	if err := q.dropV1Keys(ctx); err != nil {
 		return err
 	}
-	q.log.Info("migrated older layouts' jobs into partitions", "layout_v1_jobs", migrated, "original_jobs", imported,
-		"partitions", len(q.partitions))
+	q.log.Info("migrated jobs of this server's layout before partitions", "count", migrated, "partitions", len(q.partitions))
+	q.log.Info("imported jobs left by the original server", "count", imported)
 	return q.recordLayout(ctx)
 }
 

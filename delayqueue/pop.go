@@ -44,7 +44,7 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 	if count < 1 || count > MaxPopCount {
 		return nil, fmt.Errorf("pop: %w: count must be 1 to %d", ErrInvalidJob, MaxPopCount)
 	}
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("pop: %w", err)
 	}
 	if hold > q.opts.BlockTimeout {

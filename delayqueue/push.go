@@ -106,7 +106,7 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 		}
 		seen[job.ID] = i
 	}
-	if err := q.started(); err != nil {
+	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, err)
 	}
 	// The jobs of each partition, as indexes into jobs.

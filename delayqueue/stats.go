@@ -159,8 +159,10 @@ func (q *Queue) DeadDropped(ctx context.Context) (map[string]int64, int64, error
 // every partition's Redis answers and holds every script (it loads any it
 // lost: a restart or SCRIPT FLUSH).
 func (q *Queue) Ready(ctx context.Context) error {
-	if err := q.started(); err != nil {
-		return err
+	// A probe right after start-up waits for an empty database's quick
+	// migration; a longer one answers ErrStarting.
+	if err := q.started(ctx); err != nil {
+		return ErrStarting
 	}
 	all := q.scripts.partitionScripts()
 	return q.eachPartition(ctx, func(p *partition) error {

@@ -14,10 +14,11 @@ import (
 
 // Answers of the auth check and the probes.
 const (
-	msgTokenMissing = "authorization required: send the header Authorization: Bearer <auth_token>"
-	msgTokenInvalid = "invalid token"
-	msgNotReady     = "not ready: redis unavailable"
-	msgNotReadyStop = "not ready: server is shutting down"
+	msgTokenMissing     = "authorization required: send the header Authorization: Bearer <auth_token>"
+	msgTokenInvalid     = "invalid token"
+	msgNotReady         = "not ready: redis unavailable"
+	msgNotReadyStop     = "not ready: server is shutting down"
+	msgNotReadyStarting = "not ready: starting, migrating jobs to the current layout"
 	// msgReadyStaleLoops starts a ready answer that names stale loops.
 	msgReadyStaleLoops = "ready, but background loops are behind: "
 )
@@ -117,8 +118,11 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	// probe every few seconds must not repeat it at info.
 	h.logger.LogAttrs(r.Context(), slog.LevelDebug, "readiness check failed", slog.String(logKeyErr, err.Error()))
 	message := msgNotReady
-	if errors.Is(err, delayqueue.ErrClosed) {
+	switch {
+	case errors.Is(err, delayqueue.ErrClosed):
 		message = msgNotReadyStop
+	case errors.Is(err, delayqueue.ErrStarting):
+		message = msgNotReadyStarting
 	}
 	writeEnvelope(w, r, http.StatusServiceUnavailable, codeFailure, message, nil)
 }

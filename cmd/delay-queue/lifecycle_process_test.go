@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,23 +16,51 @@ import (
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
-// procTruthScript reads, in one atomic step, the state of every job hash and
-// every per-topic counter, so that the counters can be compared with the
-// truth while scanners keep changing states.
+// procTruthScript reads, in one atomic step, the state of every job and
+// every per-topic counter of every partition, so that the counters can be
+// compared with the truth while scanners keep changing states. It also
+// lists the jobs missing from the index of their state, and the index
+// entries no job explains. (It reads the record format of
+// delayqueue/scripts/lib.lua: state,attempts,due,pos,ttr,created,max,
+// #topic,#retry,#callback,#extra,#body: then the topic first.)
 const procTruthScript = `
-local truth = {}
-for _, key in ipairs(redis.call('KEYS', 'dq_job:*')) do
-  local f = redis.call('HMGET', key, 't', 's')
-  truth[#truth + 1] = f[1] .. '/' .. f[2]
-end
-local counters = {}
-for _, topic in ipairs(redis.call('SMEMBERS', 'dq_topics')) do
-  local c = redis.call('HGETALL', 'dq_count:' .. topic)
+local truth, counters, problems = {}, {}, {}
+for _, jobs in ipairs(redis.call('KEYS', '{*}dq_jobs')) do
+  local tag = string.sub(jobs, 1, #jobs - #'dq_jobs')
+  local entries = {}
+  for _, index in ipairs({'ready', 'delayed', 'reserved', 'dead', 'hooks'}) do
+    for _, m in ipairs(redis.call('ZRANGE', tag .. 'dq_' .. index, 0, -1)) do
+      entries[index .. ' ' .. m] = true
+    end
+  end
+  local h = redis.call('HGETALL', jobs)
+  for i = 1, #h, 2 do
+    local id, rec = h[i], h[i + 1]
+    local s, x, tl, cl, at = string.match(rec, '^(%a+),%d+,%d+,(%d+),%d+,%d+,%d+,(%d+),%d+,(%d+),%d+,%-?%d+:()')
+    local topic = string.sub(rec, at, at + tonumber(tl) - 1)
+    truth[#truth + 1] = topic .. '/' .. s
+    local index, m = ({ready = 'ready', delay = 'delayed', reserved = 'reserved', dead = 'dead'})[s], topic .. ',' .. x .. ',' .. id
+    if s == 'ready' and cl ~= '0' then
+      index, m = 'hooks', x .. ',' .. id
+    end
+    if entries[index .. ' ' .. m] then
+      entries[index .. ' ' .. m] = nil
+    else
+      problems[#problems + 1] = 'job ' .. id .. ' (' .. s .. ') not in ' .. tag .. index
+    end
+  end
+  for e in pairs(entries) do
+    problems[#problems + 1] = 'entry without its job: ' .. tag .. e
+  end
+  local c = redis.call('HGETALL', tag .. 'dq_counts')
   for i = 1, #c, 2 do
-    counters[#counters + 1] = topic .. '/' .. c[i] .. '=' .. c[i + 1]
+    local state, topic = string.match(c[i], '^(%a+),(.*)$')
+    if state and state ~= 'dropped' then
+      counters[#counters + 1] = topic .. '/' .. state .. '=' .. c[i + 1]
+    end
   end
 end
-return {truth, counters}
+return {truth, counters, problems}
 `
 
 // TestProcessCountersMatchTruthAfterChaos runs the lifecycle (retry
@@ -147,11 +176,14 @@ func TestProcessCountersMatchTruthAfterChaos(t *testing.T) {
 				}
 			}
 			if n != 0 {
-				counters[key] = n
+				counters[key] += n
 			}
 		}
 		if fmt.Sprint(truth) != fmt.Sprint(counters) {
 			t.Fatalf("round %d: counters %v differ from the jobs' states %v", round, counters, truth)
+		}
+		if problems, _ := redis.Strings(reply[2], nil); len(problems) > 0 {
+			t.Fatalf("round %d: the indexes differ from the jobs:\n%s", round, strings.Join(problems, "\n"))
 		}
 		if len(truth) == 0 {
 			t.Fatal("no job left to count: the run did not exercise the counters")

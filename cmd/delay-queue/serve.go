@@ -39,6 +39,8 @@ type server struct {
 	hooks    *webhook.Dispatcher
 	http     *http1.Server
 	listener net.Listener
+	// stopDebug stops the debug_addr listener, when there is one.
+	stopDebug func()
 }
 
 // redisOptions are the redis.* settings as the connection package takes
@@ -85,22 +87,18 @@ func describeRedis(opts redisconn.Options) string {
 // the partition count the data was written with, and builds the engine, the
 // webhook dispatcher and the HTTP server. On error, what it opened is
 // closed.
-func newServer(ctx context.Context, cfg config.Config, logger *slog.Logger) (s *server, err error) {
-	s = &server{cfg: cfg, log: logger}
-	defer func() {
-		if err != nil {
-			s.close()
-		}
-	}()
+func newServer(ctx context.Context, cfg config.Config, logger *slog.Logger) (*server, error) {
+	s := &server{cfg: cfg, log: logger}
 	s.observer = metrics.New(metrics.Options{MaxTopicLabels: cfg.MetricsTopicLabels}, logger)
-	if err := s.connect(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.buildQueue(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.buildHooks(); err != nil {
-		return nil, err
+	for _, build := range []func() error{
+		func() error { return s.connect(ctx) },
+		func() error { return s.buildQueue(ctx) },
+		s.buildHooks,
+	} {
+		if err := build(); err != nil {
+			s.close()
+			return nil, err
+		}
 	}
 	s.buildHTTP()
 	return s, nil
@@ -249,8 +247,11 @@ func (s *server) buildHTTP() {
 	}
 }
 
-// close releases what newServer opened, in reverse order.
+// close releases what newServer and run opened, in reverse order.
 func (s *server) close() {
+	if s.stopDebug != nil {
+		s.stopDebug()
+	}
 	if s.listener != nil {
 		_ = s.listener.Close()
 	}
@@ -276,6 +277,11 @@ func (s *server) listen() error {
 	if exposedWithoutAuth(s.listener.Addr(), cfg.AuthToken) {
 		s.log.Warn("bind_address is not a loopback address and the API has no authentication: "+
 			"anyone who can reach it can push, pop and delete jobs; set auth_token", "addr", s.listener.Addr().String())
+	}
+	if cfg.DebugAddr != "" {
+		if s.stopDebug, err = serveDebug(cfg.DebugAddr, s.log); err != nil {
+			return err
+		}
 	}
 	return nil
 }
