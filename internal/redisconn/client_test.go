@@ -316,6 +316,40 @@ func TestDoDoesNotRepeatWhatRan(t *testing.T) {
 	}
 }
 
+// A Do after Sends reads their replies with its own: a refusal among them
+// does not make the Do's command, which ran, run again.
+func TestDoDoesNotRepeatAPipelineThatRan(t *testing.T) {
+	fc := &fakeCluster{}
+	var bAddr atomic.Value
+	a := fc.node(t, func(_ *fakeSession, args []string) string {
+		if args[0] == "SET" {
+			return "+OK\r\n"
+		}
+		return respErr(fmt.Sprintf("MOVED %d %s", Slot(args[1]), bAddr.Load()))
+	})
+	b := fc.node(t, serveConstant("b"))
+	bAddr.Store(b.addr)
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+	c, _ := newTestClient(t, a.addr)
+
+	err := c.Do(context.Background(), "k", func(conn redis.Conn) error {
+		if err := conn.Send("GET", "k"); err != nil {
+			return err
+		}
+		_, err := conn.Do("SET", "k", "v")
+		return err
+	})
+	if RedirectKind(err) != RedirectMoved {
+		t.Fatalf("Do = %v, want the MOVED reply returned", err)
+	}
+	if got := a.received(); !slices.Equal(got, []string{"GET k", "SET k v"}) {
+		t.Errorf("a received %q, want one GET and one SET", got)
+	}
+	if got := b.received(); len(got) != 0 {
+		t.Errorf("b received %q, want nothing", got)
+	}
+}
+
 // A connection lost after a command was sent is not retried (the command
 // may have run) but makes the client fetch the map; once the dead node's
 // slots are served elsewhere, calls succeed again, Dial included.
@@ -510,5 +544,52 @@ func TestMovedDuringAFetchOutlivesIt(t *testing.T) {
 	}
 	if got := count(a.received(), "GET"); got != 1 {
 		t.Errorf("a got %d GETs, want 1: the stale map sent the call back to a", got)
+	}
+}
+
+// After an ASK, a pipeline's commands each get their ASKING, and f reads
+// only its own replies.
+func TestDoFollowsAskWithAPipeline(t *testing.T) {
+	fc := &fakeCluster{}
+	var bAddr atomic.Value
+	a := fc.node(t, func(_ *fakeSession, args []string) string {
+		return respErr(fmt.Sprintf("ASK %d %s", Slot(args[1]), bAddr.Load()))
+	})
+	b := fc.node(t, func(s *fakeSession, args []string) string {
+		if !s.asking {
+			return respErr(fmt.Sprintf("MOVED %d %s", Slot(args[1]), a.addr))
+		}
+		return respBulk("b:" + args[1])
+	})
+	bAddr.Store(b.addr)
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+	c, _ := newTestClient(t, a.addr)
+
+	keys := []string{"{p}1", "{p}2"}
+	var got []string
+	err := c.Do(context.Background(), keys[0], func(conn redis.Conn) error {
+		got = got[:0]
+		for _, k := range keys {
+			if err := conn.Send("GET", k); err != nil {
+				return err
+			}
+		}
+		if err := conn.Flush(); err != nil {
+			return err
+		}
+		for range keys {
+			v, err := redis.String(conn.Receive())
+			if err != nil {
+				return err
+			}
+			got = append(got, v)
+		}
+		return nil
+	})
+	if err != nil || !slices.Equal(got, []string{"b:{p}1", "b:{p}2"}) {
+		t.Fatalf("pipeline = %q, %v; want both of b's answers", got, err)
+	}
+	if got := b.received(); !slices.Equal(got, []string{"ASKING", "GET {p}1", "ASKING", "GET {p}2"}) {
+		t.Errorf("b received %q, want ASKING before each GET", got)
 	}
 }
