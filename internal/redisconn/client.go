@@ -326,19 +326,23 @@ func (c *Client) Primaries(ctx context.Context) ([]string, error) {
 
 // CheckServers verifies that every primary answers and is new enough.
 func (c *Client) CheckServers(ctx context.Context) error {
+	if c.single != nil {
+		return CheckServer(ctx, c.single)
+	}
 	primaries, err := c.Primaries(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	for _, addr := range primaries {
-		err := c.DoAt(ctx, addr, checkVersion)
-		if err == nil {
-			continue
+		conn, err := c.get(ctx, addr)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		if c.single == nil {
+		err = checkVersion(conn)
+		conn.Close()
+		if err != nil {
 			return fmt.Errorf("redis at %s: %w", addr, err)
 		}
-		return err
 	}
 	return nil
 }

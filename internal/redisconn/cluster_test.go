@@ -223,6 +223,18 @@ func TestCluster(t *testing.T) {
 				asks, obs.redirected(RedirectAsk))
 		}
 
+		// A BLPOP on an empty list of the migrating slot is answered ASK at
+		// once (Client.Dial's doc tells callers to pause then).
+		blocking, err := c.Dial(ctx, "{mig}wake")
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+		_, err = blocking.Do("BLPOP", "{mig}wake", 5)
+		blocking.Close()
+		if RedirectKind(err) != RedirectAsk {
+			t.Fatalf("BLPOP during the migration = %v, want an ASK", err)
+		}
+
 		m.Finish(t)
 		moves := obs.redirected(RedirectMoved)
 		for range 2 {

@@ -102,7 +102,12 @@ func (fc *fakeCluster) node(t *testing.T, handle func(s *fakeSession, args []str
 			conns.Add(1)
 			go func() {
 				defer conns.Done()
-				defer conn.Close()
+				defer func() {
+					n.mu.Lock()
+					delete(n.conns, conn)
+					n.mu.Unlock()
+					conn.Close()
+				}()
 				fc.serve(n, conn)
 			}()
 		}
@@ -161,6 +166,13 @@ func (n *fakeNode) record(args []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.commands = append(n.commands, strings.Join(args, " "))
+}
+
+// openConns counts the client connections the node has open.
+func (n *fakeNode) openConns() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.conns)
 }
 
 // received returns the commands the node got so far.

@@ -23,8 +23,8 @@ import (
 // MinRedisVersion is the oldest Redis the engine runs on.
 const MinRedisVersion = "6.2.0"
 
-// ErrUnavailable wraps the failures of CheckServer to get an answer from
-// Redis, as opposed to an answer it does not accept.
+// ErrUnavailable wraps the failures of CheckServer and CheckServers to get
+// an answer from Redis, as opposed to an answer they do not accept.
 var ErrUnavailable = errors.New("redis unavailable")
 
 // Options says how to reach Redis: one server at Addr, the primary that
@@ -38,7 +38,9 @@ type Options struct {
 	// database 0: with ClusterAddrs it must be 0, and no SELECT is sent.
 	DB int
 	// Username selects an ACL user; it is sent only with a Password
-	// (AUTH username password). In a cluster they apply to every node.
+	// (AUTH username password). In a cluster they apply to every node
+	// (ACL users are per node), and the user also needs CLUSTER SLOTS
+	// (+cluster|slots) for the slot map.
 	Username string
 	Password string
 	// TLS encrypts the connections, to Redis, to the sentinels and to

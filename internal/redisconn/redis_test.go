@@ -368,6 +368,15 @@ func TestSentinelSwitchover(t *testing.T) {
 	_, primaryPort, _ := net.SplitHostPort(primary.Addr)
 	_, replicaPort, _ := net.SplitHostPort(replica.Addr)
 
+	client, err := New(ro, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if got, err := client.Primaries(context.Background()); err != nil || len(got) != 1 || got[0] != primary.Addr {
+		t.Fatalf("Primaries = %v, %v; want the primary %s", got, err, primary.Addr)
+	}
+
 	c := pool.Get()
 	if got := serverPort(c); got != primaryPort {
 		t.Fatalf("connected to port %s, want the primary's %s", got, primaryPort)
@@ -422,5 +431,67 @@ func TestSentinelSwitchover(t *testing.T) {
 	defer c.Close()
 	if got := serverPort(c); got != replicaPort {
 		t.Fatalf("after the switchover connected to port %s, want the promoted replica's %s", got, replicaPort)
+	}
+	if got, err := client.Primaries(context.Background()); err != nil || len(got) != 1 || got[0] != replica.Addr {
+		t.Fatalf("Primaries after the switchover = %v, %v; want the promoted %s", got, err, replica.Addr)
+	}
+}
+
+// Without a cluster a Client is the one pool of before: every key goes to
+// the one server.
+func TestClientWithoutACluster(t *testing.T) {
+	srv := redistest.Start(t)
+	o := connectivityOptions()
+	o.Addr = srv.Addr
+	c, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx := context.Background()
+	if c.Cluster() {
+		t.Error("Cluster() = true without cluster addresses")
+	}
+	for _, key := range []string{"a", "b", "{x}c"} {
+		err := c.Do(ctx, key, func(conn redis.Conn) error {
+			_, err := conn.Do("SET", key, key)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("Do SET %s: %v", key, err)
+		}
+	}
+	primaries, err := c.Primaries(ctx)
+	if err != nil || len(primaries) != 1 || primaries[0] != srv.Addr {
+		t.Fatalf("Primaries = %v, %v; want [%s]", primaries, err, srv.Addr)
+	}
+	var n int
+	err = c.DoAt(ctx, primaries[0], func(conn redis.Conn) error {
+		var err error
+		// The options' DB is selected.
+		n, err = redis.Int(conn.Do("DBSIZE"))
+		return err
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("DBSIZE = %d, %v; want the 3 keys", n, err)
+	}
+	if err := c.CheckServers(ctx); err != nil {
+		t.Fatalf("CheckServers: %v", err)
+	}
+	conn, err := c.Dial(ctx, "a")
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	if v, err := redis.String(conn.Do("GET", "b")); err != nil || v != "b" {
+		t.Fatalf("GET on the dialed connection = %q, %v", v, err)
+	}
+	conn.Close()
+	if s := c.Stats(); s.IdleCount != 1 || s.ActiveCount != 1 {
+		t.Errorf("Stats = %+v, want one idle connection", s)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Do(ctx, "a", func(redis.Conn) error { return nil }); err == nil {
+		t.Error("Do after Close succeeded")
 	}
 }

@@ -18,8 +18,8 @@ type routedConn struct {
 	redis.Conn
 	addr   string // the node's address, for redirects that name no host
 	asking bool
-	// pending counts f's commands sent with Send in asking mode whose
-	// replies are not read yet: each follows an ASKING reply to skip.
+	// pending counts f's commands sent with Send whose replies are not
+	// read yet; in asking mode each follows an ASKING reply to skip.
 	pending int
 
 	// first is the first redirect-like refusal received (nil: none).
@@ -70,12 +70,16 @@ func (c *routedConn) beforeDo() error {
 	return nil
 }
 
-// skipAsking reads the ASKING reply in front of the next pending reply.
+// skipAsking counts the reply about to be read, and in asking mode reads
+// the ASKING reply in front of it.
 func (c *routedConn) skipAsking(receive func() (any, error)) error {
 	if c.pending == 0 {
 		return nil
 	}
 	c.pending--
+	if !c.asking {
+		return nil
+	}
 	_, err := receive()
 	return err
 }
@@ -112,8 +116,8 @@ func (c *routedConn) Send(cmd string, args ...any) error {
 		if err := c.Conn.Send("ASKING"); err != nil {
 			return err
 		}
-		c.pending++
 	}
+	c.pending++
 	return c.Conn.Send(cmd, args...)
 }
 
