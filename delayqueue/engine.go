@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // Redis reaches the server that holds a key: the one Redis, or the
@@ -347,14 +349,7 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 // transientRedisError tells the error replies that mean "Redis can't serve
 // now" (loading its data, a replica after a failover, a busy script, a
 // cluster reconfiguring) from real errors.
-func transientRedisError(err redis.Error) bool {
-	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK"} {
-		if strings.HasPrefix(string(err), p) {
-			return true
-		}
-	}
-	return false
-}
+func transientRedisError(err redis.Error) bool { return redisconn.IsTransientReply(err) }
 
 // noteRedis logs the loss and the recovery of Redis once each.
 func (q *Queue) noteRedis(err error) {

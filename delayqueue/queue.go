@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // Job states, as stored in Redis and reported by Get.
@@ -41,8 +43,9 @@ const (
 var (
 	// ErrInvalidJob reports a job or request the engine refuses.
 	ErrInvalidJob = errors.New("invalid job")
-	// ErrUnavailable wraps every failure to talk to Redis.
-	ErrUnavailable = errors.New("redis unavailable")
+	// ErrUnavailable wraps every failure to talk to Redis (it is
+	// redisconn's, so that both packages' failures match it).
+	ErrUnavailable = redisconn.ErrUnavailable
 	// ErrClosed is returned once the queue is shutting down.
 	ErrClosed = errors.New("queue is shutting down")
 	// ErrNotFound reports an unknown job id where one is needed.
