@@ -350,22 +350,36 @@ func repartitionFrom(ctx context.Context, from, to *Queue, p *partition) (int, e
 	}
 }
 
-// moveJobs copies ids from partition src to dst (adopt.lua keeps a copy
-// that is already there), then deletes them from src.
+// moveJobs copies ids from partition src to dst, then deletes them from
+// src.
 func moveJobs(ctx context.Context, from, to *Queue, src, dst *partition, ids []string) (int, error) {
+	present, err := copyJobs(ctx, from, to, src, dst, ids)
+	if err != nil || len(present) == 0 {
+		return 0, err
+	}
+	if _, err := from.callAck(ctx, src, from.scripts.remove, nil, present...); err != nil {
+		return 0, fmt.Errorf("delete.lua: %w", err)
+	}
+	return len(present), nil
+}
+
+// copyJobs copies the jobs ids of partition src to dst (adopt.lua keeps a
+// copy that is already there: that of a move cut short) and returns those
+// src held.
+func copyJobs(ctx context.Context, from, to *Queue, src, dst *partition, ids []string) ([]any, error) {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
 	reply, err := redis.Values(from.call(ctx, src, from.scripts.export, nil, args...))
 	if err != nil {
-		return 0, fmt.Errorf("export.lua: %w", err)
+		return nil, fmt.Errorf("export.lua: %w", err)
 	}
 	var adopt, present []any
 	for i, v := range reply {
 		pair, err := redis.Strings(v, nil)
 		if err != nil {
-			return 0, fmt.Errorf("export.lua: %w", err)
+			return nil, fmt.Errorf("export.lua: %w", err)
 		}
 		if len(pair) == 2 {
 			adopt = append(adopt, ids[i], pair[0], pair[1])
@@ -373,15 +387,12 @@ func moveJobs(ctx context.Context, from, to *Queue, src, dst *partition, ids []s
 		}
 	}
 	if len(present) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	if _, err := to.callAck(ctx, dst, to.scripts.adopt, nil, adopt...); err != nil {
-		return 0, fmt.Errorf("adopt.lua: %w", err)
+		return nil, fmt.Errorf("adopt.lua: %w", err)
 	}
-	if _, err := from.callAck(ctx, src, from.scripts.remove, nil, present...); err != nil {
-		return 0, fmt.Errorf("delete.lua: %w", err)
-	}
-	return len(present), nil
+	return present, nil
 }
 
 // dropPartitionKeys deletes what an emptied partition keeps besides jobs:

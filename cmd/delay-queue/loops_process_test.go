@@ -126,8 +126,19 @@ func TestProcessLoopErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 	if after := procMetric(t, s, errorsSample); after < before+2 {
 		t.Errorf("%s went from %v to %v while the scanner kept failing, want every failure counted", errorsSample, before, after)
 	}
-	if lines := scannerErrorLines(s); len(lines) != 2 {
-		t.Errorf("scanner errors logged %d times, want once per distinct error (2):\n%s", len(lines), strings.Join(lines, "\n"))
+	// Each distinct error once: the refused commands sit at several
+	// places of the script, each its own error.
+	lines := scannerErrorLines(s)
+	seen := map[string]bool{}
+	for _, line := range lines {
+		err := line[strings.Index(line, "err="):]
+		if seen[err] {
+			t.Errorf("scanner error logged twice while it kept happening:\n%s", strings.Join(lines, "\n"))
+		}
+		seen[err] = true
+	}
+	if len(lines) < 2 {
+		t.Errorf("scanner errors logged %d times, want each distinct error once (at least 2):\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 
 	// Allowed again: both jobs are delivered and the scanner is fresh.
