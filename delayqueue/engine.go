@@ -109,8 +109,11 @@ type Queue struct {
 	partitions []*partition
 	waiters    *waiterRegistry
 	health     *loopMonitor
-	// nextClaim rotates the partition a Pop tries first.
+	// nextClaim rotates the partition a webhook claim tries first.
 	nextClaim atomic.Uint32
+	// claimCursor is the partition Pops try first, and claimStint counts
+	// the claims it served (see claim).
+	claimCursor, claimStint atomic.Uint32
 
 	// ready is closed once the migrations are done and the loops run;
 	// until then the job methods answer ErrStarting.

@@ -125,26 +125,41 @@ func (b claimBatch) size() int {
 	return n
 }
 
-// claim claims up to count jobs of topics for one Pop: from the
-// partitions in turn, starting at the next one of the rotation, until it
-// has count or every partition was asked. A partition that fails is
-// skipped; its error is returned when no job was claimed.
+// claimStint is how many claims the cursor's partition serves before the
+// cursor moves on (see claim).
+const claimStint = 16
+
+// claim claims up to count jobs of topics for one Pop: from the partitions
+// in turn, starting at the cursor's, until it has count or every partition
+// was asked. Concurrent Pops start at the same partition, so that they
+// share its script calls, as on one Redis; the cursor moves on when that
+// partition runs short, or after claimStint claims, so that every
+// partition gives out its share. A partition that fails is skipped; its
+// error is returned when no job was claimed.
 func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Delivery, error) {
-	n := len(q.partitions)
-	start := int(q.nextClaim.Add(1) % uint32(n))
+	n := uint32(len(q.partitions))
+	start := q.claimCursor.Load() % n
+	if q.claimStint.Add(1) >= claimStint {
+		q.claimStint.Store(0)
+		q.claimCursor.CompareAndSwap(start, (start+1)%n)
+	}
 	var (
 		got     []*Delivery
 		lastErr error
 	)
-	for i := 0; i < n && len(got) < count; i++ {
-		p := q.partitions[(start+i)%n]
-		ds, err := q.claimOn(ctx, p, []claimCall{{topics: topics, count: count - len(got)}})
+	for i := uint32(0); i < n && len(got) < count; i++ {
+		at := (start + i) % n
+		want := count - len(got)
+		ds, err := q.claimOn(ctx, q.partitions[at], []claimCall{{topics: topics, count: want}})
 		if err != nil {
 			lastErr = err
 			if ctx.Err() != nil {
 				break
 			}
 			continue
+		}
+		if len(ds[0]) < want {
+			q.claimCursor.CompareAndSwap(at, (at+1)%n)
 		}
 		got = append(got, ds[0]...)
 	}

@@ -4,17 +4,20 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/gomodule/redigo/redis"
 )
 
-//go:embed scripts/*.lua
+//go:embed scripts/*.lua scripts/lib/*.lua
 var scriptFiles embed.FS
 
-// scripts holds every state change of the engine, one Lua script each, all
-// sharing the state machine of scripts/lib.lua, and each touching the keys
-// of one partition only. They are sent with EVALSHA, falling back to EVAL
-// when Redis lost its script cache (a restart, SCRIPT FLUSH).
+// scripts holds every state change of the engine, one Lua script each,
+// each touching the keys of one partition only. A script is its file after
+// the lib sections it names on its first line ("-- lib: ready dead"); the
+// sections record and state come first in every one (scripts/lib/). They
+// are sent with EVALSHA, falling back to EVAL when Redis lost its script
+// cache (a restart, SCRIPT FLUSH).
 type scripts struct {
 	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
 	kick, deadDelete, deadSweep, get, signal, claimHook           *redis.Script
@@ -24,6 +27,63 @@ type scripts struct {
 	// at once: they run on one Redis only (never a cluster), before the
 	// engine starts, and are exempt from the key check.
 	migrateV1, importV0 *redis.Script
+}
+
+// libSections are the lib sections in the order a script gets them, each
+// with the sections it needs.
+var libSections = []struct {
+	name  string
+	needs []string
+}{
+	{"record", nil},
+	{"state", []string{"record"}},
+	{"ready", []string{"state"}},
+	{"dead", []string{"state"}},
+	{"retry", []string{"ready", "dead"}},
+	{"held", []string{"state"}},
+	{"remove", []string{"state"}},
+	{"view", []string{"state"}},
+}
+
+// assemble returns a script's source: the lib sections its first line
+// names, with those they need, in libSections' order, then the script.
+func assemble(name, src string, read func(string) (string, error)) (string, error) {
+	first, _, _ := strings.Cut(src, "\n")
+	list, ok := strings.CutPrefix(first, "-- lib:")
+	if !ok {
+		return "", fmt.Errorf("scripts/%s: the first line must name the lib sections it uses (-- lib: ...)", name)
+	}
+	wanted := map[string]bool{"record": true, "state": true}
+	for _, section := range strings.Fields(list) {
+		wanted[section] = true
+	}
+	// Dependencies point earlier in libSections: one pass from the end
+	// closes them.
+	for i := len(libSections) - 1; i >= 0; i-- {
+		if wanted[libSections[i].name] {
+			for _, need := range libSections[i].needs {
+				wanted[need] = true
+			}
+		}
+	}
+	var b strings.Builder
+	for _, section := range libSections {
+		if !wanted[section.name] {
+			continue
+		}
+		delete(wanted, section.name)
+		text, err := read("lib/" + section.name + ".lua")
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(text)
+		b.WriteString("\n")
+	}
+	for unknown := range wanted {
+		return "", fmt.Errorf("scripts/%s: unknown lib section %q", name, unknown)
+	}
+	b.WriteString(src)
+	return b.String(), nil
 }
 
 // loadScripts reads the scripts; with checkKeys, the partition scripts
@@ -37,12 +97,9 @@ func loadScripts(checkKeys bool) (scripts, error) {
 		}
 		return string(b), nil
 	}
-	lib, err := read("lib.lua")
-	if err != nil {
-		return scripts{}, err
-	}
 	prelude := ""
 	if checkKeys {
+		var err error
 		if prelude, err = read("check.lua"); err != nil {
 			return scripts{}, err
 		}
@@ -76,12 +133,14 @@ func loadScripts(checkKeys bool) (scripts, error) {
 		if err != nil {
 			return scripts{}, err
 		}
-		head := prelude
-		if e.exempt {
-			head = ""
+		if src, err = assemble(e.name, src, read); err != nil {
+			return scripts{}, err
+		}
+		if !e.exempt {
+			src = prelude + "\n" + src
 		}
 		// A negative key count: each call says how many keys it passes.
-		*e.dst = redis.NewScript(-1, head+"\n"+lib+"\n"+src)
+		*e.dst = redis.NewScript(-1, src)
 	}
 	return s, nil
 }

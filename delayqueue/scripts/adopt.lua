@@ -1,8 +1,9 @@
+-- lib: ready
 -- adopt.lua: store jobs read from another partition (export.lua) in this
 -- one, in the state they had, unless this partition has them already (a
 -- move interrupted half-way and run again). The caller then deletes them
 -- from the partition they came from.
--- KEYS: the partition's (see lib.lua).
+-- KEYS: the partition's (see lib/record.lua).
 -- ARGV[ARG..] per job: id, record, body.
 -- Reply: the jobs stored.
 local stored = 0
@@ -11,10 +12,8 @@ for i = ARG, #ARGV, 3 do
   local job = decode(ARGV[i + 1])
   if job and not get(id) then
     if job.s == 'ready' then
+      -- Its place in the other partition's order means nothing here.
       job.x = ready_position()
-      if job.cb ~= '' then
-        signal(nil, 1)
-      end
     end
     job.q = '0'
     create(id, job, ARGV[i + 2])

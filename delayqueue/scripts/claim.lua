@@ -1,16 +1,17 @@
+-- lib:
 -- claim.lua: for each of several pop requests, take up to its count of ready
 -- jobs of its topics (earlier topics first) and lease each for its ttr,
 -- atomically: taking a job and recording its lease are one step, so no
 -- crash or lost reply between them can lose the job. Requests are served in
 -- order, as if each ran alone.
--- KEYS: the partition's (see lib.lua), then the wake-up lists of every
--- topic the requests name.
+-- KEYS: the partition's (see lib/record.lua), then the wake-up lists of
+-- every topic the requests name.
 -- ARGV[ARG] number of requests, then per request: count, number of topics
 -- n, n topics.
 -- Reply: {now ms, then per request: jobs claimed m, and 5 values per job:
 -- id, topic, ttr, attempts, body}.
 local requests = tonumber(ARGV[ARG])
-local now = now_ms()
+local now = clock()
 local reply = {now}
 local a = ARG + 1
 -- Jobs are taken from the head of a topic's index, so those this call took
@@ -28,12 +29,13 @@ for _ = 1, requests do
       break
     end
     local topic = ARGV[i]
-    local members = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic), 'LIMIT', taken[topic] or 0, want - claimed)
+    local lo, hi = topic_range(topic)
+    local members = redis.call('ZRANGEBYLEX', KEYS[2], lo, hi, 'LIMIT', taken[topic] or 0, want - claimed)
     if #members > 0 then
       taken[topic] = (taken[topic] or 0) + #members
       local ids = {}
       for k, m in ipairs(members) do
-        ids[k] = id_of(m, READY)
+        ids[k] = id_of(m, KEYS[2])
       end
       get_many(ids)
       for k, id in ipairs(ids) do
@@ -49,22 +51,19 @@ for _ = 1, requests do
           reply[#reply + 1] = body_of(id, job)
           claimed = claimed + 1
         else
-          index_op(READY, members[k], false) -- an entry no job matches: drop it
+          index_op(KEYS[2], members[k], false) -- an entry no job matches: drop it
         end
       end
     end
-    touch_topic(topic)
   end
   reply[head + 1] = claimed
 end
 flush()
 -- A topic that still has ready jobs keeps at least one wake-up token, so
--- that other held pops are not left sleeping.
-for i = 1, tonumber(ARGV[4]) do
-  local topic = ARGV[4 + i]
-  local wake = WAKE[topic]
-  if redis.call('LLEN', wake) == 0 and
-      #redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic), 'LIMIT', 0, 1) > 0 then
+-- that other held pops are not left sleeping (flush deleted the tokens of
+-- topics left with none).
+for topic, wake in pairs(WAKE) do
+  if redis.call('LLEN', wake) == 0 and redis.call('HEXISTS', KEYS[8], 'ready,' .. topic) == 1 then
     signal_key(wake, 1)
   end
 end

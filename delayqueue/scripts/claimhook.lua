@@ -1,17 +1,17 @@
+-- lib:
 -- claimhook.lua: take up to count ready jobs that have a callback and lease
 -- each for its ttr (the call's timeout plus a margin), atomically, for a
 -- webhook dispatcher. Two dispatchers never hold one job at once.
--- KEYS: the partition's (see lib.lua).
+-- KEYS: the partition's (see lib/record.lua).
 -- ARGV[ARG] count.
 -- Reply: {now ms, then 5 values per job: id, topic, attempts, body,
 -- callback JSON}.
-local want = tonumber(ARGV[ARG])
-local now = now_ms()
+local now = clock()
 local reply = {now}
-local members = redis.call('ZRANGE', HOOKS, 0, want - 1)
+local members = redis.call('ZRANGE', KEYS[6], 0, tonumber(ARGV[ARG]) - 1)
 local ids = {}
 for i, m in ipairs(members) do
-  ids[i] = id_of(m, HOOKS)
+  ids[i] = id_of(m, KEYS[6])
 end
 get_many(ids)
 for k, id in ipairs(ids) do
@@ -26,11 +26,11 @@ for k, id in ipairs(ids) do
     reply[#reply + 1] = body_of(id, job)
     reply[#reply + 1] = job.cb
   else
-    index_op(HOOKS, members[k], false)
+    index_op(KEYS[6], members[k], false)
   end
 end
 flush()
-if redis.call('LLEN', HOOK_WAKE) == 0 and redis.call('ZCARD', HOOKS) > 0 then
-  signal_key(HOOK_WAKE, 1)
+if redis.call('LLEN', KEYS[10]) == 0 and redis.call('ZCARD', KEYS[6]) > 0 then
+  signal_key(KEYS[10], 1)
 end
 return reply

@@ -1,14 +1,12 @@
+-- lib: dead
 -- deaddelete.lua: delete dead letters of a topic: the ids given, or (none
 -- given) a batch of the oldest; the server calls it again until none are
 -- left.
--- KEYS: the partition's (see lib.lua).
+-- KEYS: the partition's (see lib/record.lua).
 -- ARGV[ARG] topic, ARGV[ARG+1] batch size, ARGV[ARG+2..] ids.
 -- Reply: the number deleted.
 local topic = ARGV[ARG]
-local ids = {}
-for i = ARG + 2, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-end
+local ids = {unpack(ARGV, ARG + 2)}
 if #ids == 0 then
   ids = dead_ids(topic, tonumber(ARGV[ARG + 1]))
 end

@@ -1,8 +1,9 @@
+-- lib: view
 -- get.lua: read jobs, for /get and the dead-letter pages.
--- KEYS: the partition's (see lib.lua).
+-- KEYS: the partition's (see lib/record.lua).
 -- ARGV[ARG..] ids.
--- Reply: per id, its view (see view in lib.lua), or an empty list when
--- there is no such job.
+-- Reply: per id, its view (see lib/view.lua), or an empty list when there
+-- is no such job.
 local reply = {}
 for i = ARG, #ARGV do
   local job = get(ARGV[i])

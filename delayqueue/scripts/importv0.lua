@@ -1,8 +1,9 @@
+-- lib: ready
 -- importv0.lua: convert one job the original ouqiang/delay-queue server left
 -- in Redis (a raw-id key holding msgpack, decoded by the server) into the
 -- current layout, atomically. It touches the original's keys as well as a
 -- partition's: it runs on one Redis only, before the engine starts.
--- KEYS: the partition's (see lib.lua), then KEYS[11] the original's raw job
+-- KEYS: the partition's (see lib/record.lua), then KEYS[11] the original's raw job
 -- key, KEYS[12] the original bucket holding it (mode "bucket"), KEYS[13]
 -- the original ready list holding it (mode "ready").
 -- ARGV[ARG] id, ARGV[ARG+1] the raw value the server decoded, ARGV[ARG+2]
@@ -19,7 +20,7 @@ end
 if redis.call('GET', raw) ~= ARGV[ARG + 1] then
   return -1
 end
-local now = now_ms()
+local now = clock()
 local job = {a = 0, d = ARGV[ARG + 3], r = ARGV[ARG + 4], c = int(now), m = '0', q = '0', dt = '0', ls = '0',
   dr = '', le = '', lb = '', topic = topic, retry = '', cb = ''}
 if ARGV[ARG + 6] == 'ready' then

@@ -1,13 +1,11 @@
+-- lib: ready
 -- kick.lua: send dead letters of a topic back to ready, attempts reset.
--- KEYS: the partition's (see lib.lua), then the topic's wake-up list.
+-- KEYS: the partition's (see lib/record.lua), then the topic's wake-up list.
 -- ARGV[ARG] topic, ARGV[ARG+1..] ids (the server picks the oldest of every
 -- partition's).
 -- Reply: the ids kicked.
 local topic = ARGV[ARG]
-local ids = {}
-for i = ARG + 1, #ARGV do
-  ids[#ids + 1] = ARGV[i]
-end
+local ids = {unpack(ARGV, ARG + 1)}
 get_many(ids)
 local kicked = {}
 for _, id in ipairs(ids) do

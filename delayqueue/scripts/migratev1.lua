@@ -1,9 +1,10 @@
+-- lib: ready
 -- migratev1.lua: move one job of this server's layout before partitions (a
 -- hash per job, buckets by number, ready lists per topic) into its
 -- partition, atomically. It touches the old layout's keys as well as a
 -- partition's: it runs on one Redis only, before the engine starts, while
 -- no server of the old version runs.
--- KEYS: the partition's (see lib.lua), then KEYS[11] the job's old hash,
+-- KEYS: the partition's (see lib/record.lua), then KEYS[11] the job's old hash,
 -- KEYS[12] its old bucket, KEYS[13] its topic's old ready list, KEYS[14]
 -- its topic's old dead letters, KEYS[15] the old webhook list.
 -- ARGV[ARG] id.
@@ -42,7 +43,7 @@ else
   end
   body = table.concat(parts)
 end
-local now = now_ms()
+local now = clock()
 local job = {a = tonumber(h.a or '0'), d = h.d or int(now), r = h.r or '1', c = h.c or int(now), m = h.m or '0',
   q = '0', dt = h.dt or '0', ls = h.ls or '0', dr = h.dr or '', le = h.le or '', lb = h.lb or '',
   topic = h.t or '', retry = h.rt or '', cb = h.cb or ''}

@@ -1,6 +1,7 @@
+-- lib: ready
 -- push.lua: create jobs, or replace the job with the same id in whatever
 -- state it is (delay, ready, reserved or dead), atomically for the batch.
--- KEYS: the partition's (see lib.lua), then the wake-up lists of the
+-- KEYS: the partition's (see lib/record.lua), then the wake-up lists of the
 -- batch's topics.
 -- ARGV[ARG] job count n, then 9 values per job: id, topic, delay ms, ttr s,
 -- body, retry schedule (comma-separated seconds or ''), max attempts,
@@ -9,12 +10,11 @@
 -- Reply: {now ms, then per job: due ms, status} with status 0 created,
 -- 1 replaced, 2 left alone because it existed (if_absent).
 local n = tonumber(ARGV[ARG])
-local now = now_ms()
+local now, due_base = clock()
 local now_text = int(now)
-local due_base = now_ceil_ms()
 local ids = {}
 for j = 0, n - 1 do
-  ids[#ids + 1] = ARGV[ARG + 1 + j * 9]
+  ids[j + 1] = ARGV[ARG + 1 + j * 9]
 end
 get_many(ids)
 local reply = {now}

@@ -1,9 +1,9 @@
+-- lib: ready dead retry held
 -- release.lua: a consumer gives a reserved job back; that delivery ends as
 -- failed now. The job is scheduled by its retry schedule (or the given
 -- delay), or dead-lettered when its attempts are used up.
--- KEYS: the partition's (see lib.lua), then possibly the wake-up list of
--- the job's topic (the caller may not know it; the reply then names the
--- topic to signal).
+-- KEYS: the partition's (see lib/record.lua); the caller does not know the
+-- job's topic, so the reply names it to signal when the job became ready.
 -- ARGV[ARG] id, ARGV[ARG+1] delay ms overriding the schedule (-1: none),
 -- ARGV[ARG+2] the delivery's attempt number (0: not checked), ARGV[ARG+3]
 -- the reason recorded if it dies ('released', or 'callback-failed' from the
@@ -17,7 +17,7 @@ local job, refusal = held_delivery(id, ARGV[ARG + 2])
 if refusal then
   return refusal
 end
-local now = now_ms()
+local now = clock()
 local override = tonumber(ARGV[ARG + 1])
 if override < 0 then
   override = nil

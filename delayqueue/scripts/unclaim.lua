@@ -1,8 +1,10 @@
+-- lib: ready
 -- unclaim.lua: give back a delivery that could not be handed to a live
 -- consumer (it left while the job was claimed for it): the job is ready
 -- again at once, in the place it had, and the delivery is not counted.
--- KEYS: the partition's (see lib.lua), then the wake-up list of the job's
--- topic.
+-- KEYS: the partition's (see lib/record.lua), then the wake-up list of the
+-- job's topic (none for a webhook job: its dispatchers are woken through
+-- hookwake).
 -- ARGV[ARG] id, ARGV[ARG+1] the attempts value of that delivery.
 -- Reply: 1 given back, 0 the job had moved on (finished, re-pushed...).
 local id = ARGV[ARG]

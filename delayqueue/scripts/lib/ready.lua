@@ -1,0 +1,26 @@
+-- ready.lua: making jobs ready.
+
+-- Ready positions come from one counter per partition (counts' "seq"), so
+-- that a topic's jobs pop in the order they became ready. A call takes a
+-- few at a time: most make one or a few jobs ready.
+local positions_left, next_position = 0, 0
+local function ready_position()
+  if positions_left == 0 then
+    positions_left = 64
+    next_position = redis.call('HINCRBY', KEYS[8], 'seq', positions_left) - positions_left
+  end
+  positions_left = positions_left - 1
+  next_position = next_position + 1
+  return string.format('%016d', next_position)
+end
+
+-- make_ready puts a job in its topic's ready index (or, with a callback,
+-- in hooks) and wakes a waiter.
+local function make_ready(id, job)
+  move(id, job, 'ready', ready_position())
+  if job.cb ~= '' then
+    signal(nil, 1)
+  else
+    signal(job.topic, 1)
+  end
+end
