@@ -32,7 +32,7 @@ func (q *Queue) deadEntries(ctx context.Context, topic string, n int, oldest boo
 	totals := make([]int, len(q.partitions))
 	err := q.eachPartition(ctx, func(p *partition) error {
 		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
-			min, max := "["+topic+",", "("+topic+"-"
+			min, max := topicRange(topic)
 			if oldest {
 				_ = c.Send("ZRANGEBYLEX", p.keyAt(keyDead), min, max, "LIMIT", 0, n)
 			} else {

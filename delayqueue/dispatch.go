@@ -197,7 +197,8 @@ func (l *dispatchLoop) readyTopics(ctx context.Context, topics []string) ([]stri
 	err := l.q.withConn(ctx, l.p.key(), func(c redis.Conn) error {
 		readyKey := l.p.keyAt(keyReady)
 		for _, t := range topics {
-			if err := c.Send("ZRANGEBYLEX", readyKey, "["+t+",", "("+t+"-", "LIMIT", 0, 1); err != nil {
+			lo, hi := topicRange(t)
+			if err := c.Send("ZRANGEBYLEX", readyKey, lo, hi, "LIMIT", 0, 1); err != nil {
 				return err
 			}
 		}

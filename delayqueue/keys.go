@@ -148,6 +148,17 @@ func (k keySchema) control(tag, instance string, loop int) string {
 
 func (k keySchema) layout() string { return k.prefix + "layout" }
 
+// topicRange is the ZRANGEBYLEX bounds of a topic's members in an index
+// (scripts/lib/record.lua topic_range): "topic," starts them, and "-"
+// follows ",".
+func topicRange(topic string) (lo, hi string) { return "[" + topic + ",", "(" + topic + "-" }
+
+// topicBound is a ZRANGEBYLEX bound before the members of topic at ms: a
+// "[" bound includes them, a "(" bound stops before them.
+func topicBound(topic string, ms int64, kind byte) string {
+	return string(kind) + topic + "," + fmt.Sprintf("%013d", ms) + ","
+}
+
 // The keys of the layouts the engine migrates from.
 
 func (k keySchema) legacyReady(topic string) string { return k.readyPrefix + topic + k.readySuffix }

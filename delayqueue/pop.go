@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -136,6 +137,11 @@ const claimStint = 16
 // partition runs short, or after claimStint claims, so that every
 // partition gives out its share. A partition that fails is skipped; its
 // error is returned when no job was claimed.
+//
+// With several topics, the first listed wins, as in the original: the
+// partitions are first read for the topics they have ready (one cheap read
+// per partition and topic), and asked in the order of the best topic each
+// has.
 func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Delivery, error) {
 	n := uint32(len(q.partitions))
 	start := q.claimCursor.Load() % n
@@ -143,12 +149,24 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 		q.claimStint.Store(0)
 		q.claimCursor.CompareAndSwap(start, (start+1)%n)
 	}
+	order := make([]uint32, n)
+	for i := range order {
+		order[i] = (start + uint32(i)) % n
+	}
+	if len(topics) > 1 && n > 1 {
+		var err error
+		if order, err = q.byBestTopic(ctx, order, topics); err != nil {
+			return nil, err
+		}
+	}
 	var (
 		got     []*Delivery
 		lastErr error
 	)
-	for i := uint32(0); i < n && len(got) < count; i++ {
-		at := (start + i) % n
+	for _, at := range order {
+		if len(got) >= count {
+			break
+		}
 		want := count - len(got)
 		ds, err := q.claimOn(ctx, q.partitions[at], []claimCall{{topics: topics, count: want}})
 		if err != nil {
@@ -167,6 +185,56 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 		return got, nil
 	}
 	return nil, lastErr
+}
+
+// byBestTopic orders the partitions of order (kept for ties) by the first
+// of topics each has ready, leaving out those with none.
+func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string) ([]uint32, error) {
+	best := make([]int, len(q.partitions))
+	err := q.eachPartition(ctx, func(p *partition) error {
+		i, err := q.firstReadyTopic(ctx, p, topics)
+		best[p.number-1] = i
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pop: %w", err)
+	}
+	ranked := make([]uint32, 0, len(order))
+	for _, at := range order {
+		if best[at] >= 0 {
+			ranked = append(ranked, at)
+		}
+	}
+	slices.SortStableFunc(ranked, func(a, b uint32) int { return best[a] - best[b] })
+	return ranked, nil
+}
+
+// firstReadyTopic is the index of the first of topics with ready jobs in
+// partition p, or -1: one ZRANGEBYLEX per topic, pipelined.
+func (q *Queue) firstReadyTopic(ctx context.Context, p *partition, topics []string) (int, error) {
+	first := -1
+	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
+		for _, t := range topics {
+			lo, hi := topicRange(t)
+			if err := c.Send("ZRANGEBYLEX", p.keyAt(keyReady), lo, hi, "LIMIT", 0, 1); err != nil {
+				return err
+			}
+		}
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		for i := range topics {
+			members, err := redis.Strings(c.Receive())
+			if err != nil {
+				return err
+			}
+			if len(members) > 0 && first < 0 {
+				first = i
+			}
+		}
+		return nil
+	})
+	return first, err
 }
 
 // claimOn claims on partition p for calls, in one script call shared with

@@ -226,7 +226,7 @@ func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.T
 				for _, index := range []int{keyDelayed, keyReserved} {
 					for i := 0; i < n; i++ {
 						lo := start + int64(i)*stepMs
-						if err := c.Send("ZLEXCOUNT", p.keyAt(index), lexTime(t, lo, '['), lexTime(t, lo+stepMs, '(')); err != nil {
+						if err := c.Send("ZLEXCOUNT", p.keyAt(index), topicBound(t, lo, '['), topicBound(t, lo+stepMs, '(')); err != nil {
 							return err
 						}
 					}
@@ -259,10 +259,4 @@ func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.T
 		}
 	}
 	return time.UnixMilli(start), counts, nil
-}
-
-// lexTime is a ZRANGEBYLEX bound before the members of topic at ms: a
-// "[" bound includes them, a "(" bound stops before them.
-func lexTime(topic string, ms int64, kind byte) string {
-	return string(kind) + topic + "," + fmt.Sprintf("%013d", ms) + ","
 }

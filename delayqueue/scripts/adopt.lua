@@ -15,7 +15,11 @@ for i = ARG, #ARGV, 3 do
       -- Its place in the other partition's order means nothing here.
       job.x = ready_position()
     end
-    job.q = '0'
+    tail(job)
+    extra(job).q = '0'
+    -- Written anew, its tail with it: its body may move into or out of
+    -- BODIES.
+    job.rawtail = nil
     create(id, job, ARGV[i + 2])
     stored = stored + 1
   end

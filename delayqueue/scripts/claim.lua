@@ -41,12 +41,13 @@ for _ = 1, requests do
       for k, id in ipairs(ids) do
         local job = get(id)
         if job and job.s == 'ready' and member(id, job) == members[k] then
-          job.q = job.x
-          move(id, job, 'reserved', time13(now + tonumber(job.r) * 1000))
+          local ttr = tonumber(tail(job).r)
+          extra(job).q = job.x
+          move(id, job, 'reserved', time13(now + ttr * 1000))
           job.a = job.a + 1
           reply[#reply + 1] = id
           reply[#reply + 1] = topic
-          reply[#reply + 1] = tonumber(job.r)
+          reply[#reply + 1] = ttr
           reply[#reply + 1] = job.a
           reply[#reply + 1] = body_of(id, job)
           claimed = claimed + 1

@@ -16,8 +16,9 @@ end
 get_many(ids)
 for k, id in ipairs(ids) do
   local job = get(id)
-  if job and job.s == 'ready' and job.cb ~= '' and member(id, job) == members[k] then
-    job.q = job.x
+  if job and job.s == 'ready' and has_callback(job) and member(id, job) == members[k] then
+    tail(job)
+    extra(job).q = job.x
     move(id, job, 'reserved', time13(now + tonumber(job.r) * 1000))
     job.a = job.a + 1
     reply[#reply + 1] = id

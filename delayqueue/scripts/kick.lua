@@ -11,6 +11,7 @@ local kicked = {}
 for _, id in ipairs(ids) do
   local job = get(id)
   if job and job.s == 'dead' and job.topic == topic then
+    extra(job)
     job.a, job.dr, job.dt, job.ls, job.le, job.lb = 0, '', '0', '0', '', ''
     make_ready(id, job)
     kicked[#kicked + 1] = id

@@ -23,6 +23,7 @@ if override < 0 then
   override = nil
 end
 if ARGV[ARG + 3] == 'callback-failed' then
+  extra(job)
   job.ls, job.le, job.lb = ARGV[ARG + 4], ARGV[ARG + 5], ARGV[ARG + 6]
 end
 local state = fail_delivery(id, job, ARGV[ARG + 3], now, override, now)

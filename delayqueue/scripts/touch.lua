@@ -9,7 +9,7 @@ local job, refusal = held_delivery(id, ARGV[ARG + 1])
 if refusal then
   return refusal
 end
-local lease = clock() + tonumber(job.r) * 1000
+local lease = clock() + tonumber(tail(job).r) * 1000
 move(id, job, 'reserved', time13(lease))
 flush()
 return {1, 'reserved', lease}

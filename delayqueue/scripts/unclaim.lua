@@ -12,14 +12,14 @@ local job = get(id)
 if not job or job.s ~= 'reserved' or int(job.a) ~= ARGV[ARG + 1] then
   return 0
 end
-local pos = job.q
+local pos = extra(job).q
 if pos == '0' then
   pos = ready_position()
 end
 job.a = job.a - 1
 job.q = '0'
 move(id, job, 'ready', pos)
-if job.cb ~= '' then
+if has_callback(job) then
   signal(nil, 1)
 else
   signal(job.topic, 1)

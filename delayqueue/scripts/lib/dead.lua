@@ -43,6 +43,7 @@ end
 -- bury moves a job to its topic's dead letters; commit trims them.
 local buried = {}
 local function bury(id, job, reason, now)
+  extra(job)
   job.dr, job.dt, job.q = reason, int(now), '0'
   move(id, job, 'dead', time13(now))
   note(buried, job.topic, true)

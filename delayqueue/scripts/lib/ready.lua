@@ -18,7 +18,7 @@ end
 -- in hooks) and wakes a waiter.
 local function make_ready(id, job)
   move(id, job, 'ready', ready_position())
-  if job.cb ~= '' then
+  if has_callback(job) then
     signal(nil, 1)
   else
     signal(job.topic, 1)

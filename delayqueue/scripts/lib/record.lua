@@ -67,69 +67,114 @@ local function time13(ms)
   return string.format('%013d', ms)
 end
 
--- The job record, one string: a header of comma-separated numbers, a
--- colon, then the variable parts back to back:
---   state,attempts,due,pos,ttr,created,max,#topic,#retry,#callback,#extra,#body:
---   <topic><retry><callback><extra><body>
+-- The job record, one string. Its head holds what most calls need, its
+-- tail what some read and none changes, so that a call parses the tail
+-- only when it needs it (a table and a string per field cost more than the
+-- rest of a small call):
+--   state,attempts,due,pos,flags,#topic,#extra:<topic><extra><tail>
+--   tail:  ttr,created,max,#retry,#callback,#body:<retry><callback><body>
+--   extra: readypos,deadat,status,#reason,#error:<reason><error><response>
 -- state is delay|ready|reserved|dead; due the time the job was or will be
 -- ready (ms); pos its place in its state's index (due, ready position,
--- lease end or death time); ttr in seconds; created ms; max its max
--- attempts (0 none given); retry the schedule, comma-separated seconds;
--- callback its JSON. #body is -1 when the body is in BODIES. extra holds
--- what only some jobs have, itself "readypos,deadat,status,#reason,#error:
--- <reason><error><response>": the ready position a reserved job came from
--- (to give it back in place), and for dead and failed webhook jobs the
--- death time and reason and the last call's status, error and answer.
+-- lease end or death time); flags 1 when it has a callback (its JSON in
+-- callback), plus 2 when its body is in BODIES (#body is -1 then); ttr in
+-- seconds; created ms; max its max attempts (0 none given); retry the
+-- schedule, comma-separated seconds. extra holds what only some jobs have:
+-- the ready position a reserved job came from (to give it back in place),
+-- and for dead and failed webhook jobs the death time and reason and the
+-- last call's status, error and answer.
+--
+-- decode gives a table of the head's fields (topic, a string), with
+-- rawextra and rawtail; tail(job) and extra(job) add their fields when a
+-- call needs them. A job made anew has every field, and rawtail nil.
 local function decode(raw)
   if not raw then
     return nil
   end
-  local s, a, d, x, r, c, m, tl, rl, cl, xl, bl, at = string.match(raw,
-    '^(%a+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%-?%d+):()')
+  local s, a, d, x, f, tl, xl, at = string.match(raw, '^(%a+),(%d+),(%d+),(%d+),(%d),(%d+),(%d+):()')
   if not s then
     return nil
   end
-  tl, rl, cl, xl, bl = tonumber(tl), tonumber(rl), tonumber(cl), tonumber(xl), tonumber(bl)
-  local job = {s = s, a = tonumber(a), d = d, x = x, r = r, c = c, m = m,
-    q = '0', dt = '0', ls = '0', dr = '', le = '', lb = ''}
-  job.topic = string.sub(raw, at, at + tl - 1)
-  at = at + tl
-  job.retry = string.sub(raw, at, at + rl - 1)
-  at = at + rl
-  job.cb = string.sub(raw, at, at + cl - 1)
-  at = at + cl
-  if xl > 0 then
-    local q, dt, ls, drl, lel, xat = string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+):()', at)
-    job.q, job.dt, job.ls = q, dt, ls
-    drl, lel = tonumber(drl), tonumber(lel)
-    job.dr = string.sub(raw, xat, xat + drl - 1)
-    job.le = string.sub(raw, xat + drl, xat + drl + lel - 1)
-    job.lb = string.sub(raw, xat + drl + lel, at + xl - 1)
+  local t_end = at + tl
+  local x_end = t_end + xl
+  return {s = s, a = a, d = d, x = x, f = tonumber(f), topic = string.sub(raw, at, t_end - 1),
+    rawextra = xl ~= '0' and string.sub(raw, t_end, x_end - 1) or '', rawtail = string.sub(raw, x_end)}
+end
+
+-- has_callback and separate_body read the flags.
+local function has_callback(job)
+  return job.f % 2 == 1
+end
+
+local function separate_body(job)
+  return job.f >= 2
+end
+
+-- tail adds the tail's fields to a decoded job: r, c, m, retry, cb and
+-- (when kept in the record) body.
+local function tail(job)
+  local raw = job.rawtail
+  if not raw or job.r then
+    return job
   end
-  at = at + xl
-  if bl < 0 then
-    job.separate = true
-  else
-    job.body = string.sub(raw, at, at + bl - 1)
+  local r, c, m, rl, cl, bl, at = string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%-?%d+):()')
+  local r_end = at + rl
+  local c_end = r_end + cl
+  job.r, job.c, job.m = r, c, m
+  job.retry = rl ~= '0' and string.sub(raw, at, r_end - 1) or ''
+  job.cb = cl ~= '0' and string.sub(raw, r_end, c_end - 1) or ''
+  if bl ~= '-1' then
+    job.body = string.sub(raw, c_end)
   end
   return job
 end
 
+-- extra adds the extra part's fields to a job: q, dt, ls, dr, le, lb; a
+-- job whose extra was read is written with them.
+local function extra(job)
+  if job.q then
+    return job
+  end
+  local raw = job.rawextra
+  if raw == '' then
+    job.q, job.dt, job.ls, job.dr, job.le, job.lb = '0', '0', '0', '', '', ''
+    return job
+  end
+  local q, dt, ls, drl, lel, at = string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+):()')
+  drl, lel = tonumber(drl), tonumber(lel)
+  job.q, job.dt, job.ls = q, dt, ls
+  job.dr = string.sub(raw, at, at + drl - 1)
+  job.le = string.sub(raw, at + drl, at + drl + lel - 1)
+  job.lb = string.sub(raw, at + drl + lel)
+  return job
+end
+
+-- encode writes a job back: the parts a call did not read as they were.
 local function encode(job)
-  local extra = ''
-  if job.q ~= '0' or job.dt ~= '0' or job.ls ~= '0' or job.dr ~= '' or job.le ~= '' or job.lb ~= '' then
-    extra = job.q .. ',' .. job.dt .. ',' .. job.ls .. ',' .. #job.dr .. ',' .. #job.le .. ':' ..
-      job.dr .. job.le .. job.lb
+  local x = job.rawextra
+  if job.q then
+    x = ''
+    if job.q ~= '0' or job.dt ~= '0' or job.ls ~= '0' or job.dr ~= '' or job.le ~= '' or job.lb ~= '' then
+      x = job.q .. ',' .. job.dt .. ',' .. job.ls .. ',' .. #job.dr .. ',' .. #job.le .. ':' .. job.dr .. job.le .. job.lb
+    end
   end
-  local body, bl = job.body, -1
-  if job.separate then
-    body = ''
-  else
-    bl = #body
+  local t = job.rawtail
+  if not t then
+    local body, bl = job.body, '-1'
+    if separate_body(job) then
+      body = ''
+    else
+      bl = #body
+    end
+    t = job.r .. ',' .. job.c .. ',' .. job.m .. ',' .. #job.retry .. ',' .. #job.cb .. ',' .. bl .. ':' ..
+      job.retry .. job.cb .. body
   end
-  return job.s .. ',' .. int(job.a) .. ',' .. job.d .. ',' .. job.x .. ',' .. job.r .. ',' .. job.c .. ',' ..
-    job.m .. ',' .. #job.topic .. ',' .. #job.retry .. ',' .. #job.cb .. ',' .. #extra .. ',' .. bl .. ':' ..
-    job.topic .. job.retry .. job.cb .. extra .. body
+  local a = job.a
+  if type(a) == 'number' then
+    a = int(a)
+  end
+  return job.s .. ',' .. a .. ',' .. job.d .. ',' .. job.x .. ',' .. job.f .. ',' .. #job.topic .. ',' ..
+    (x == '' and '0' or #x) .. ':' .. job.topic .. x .. t
 end
 
 -- index_of is the index holding a job in its state, and member its entry
@@ -137,7 +182,7 @@ end
 local function index_of(job)
   local s = job.s
   if s == 'ready' then
-    if job.cb ~= '' then
+    if has_callback(job) then
       return KEYS[6]
     end
     return KEYS[2]
@@ -150,7 +195,7 @@ local function index_of(job)
 end
 
 local function member(id, job)
-  if job.s == 'ready' and job.cb ~= '' then
+  if job.s == 'ready' and has_callback(job) then
     return job.x .. ',' .. id
   end
   return job.topic .. ',' .. job.x .. ',' .. id

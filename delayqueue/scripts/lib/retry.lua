@@ -17,6 +17,7 @@ end
 -- attempts_limit is the job's limit on deliveries; 0 is unlimited. With a
 -- schedule and no explicit limit, the job gets one more than its retries.
 local function attempts_limit(job)
+  tail(job)
   local m = tonumber(job.m)
   if m > 0 or job.retry == '' then
     return m
@@ -30,13 +31,13 @@ end
 -- schedule (or override_ms) and ready at once when that time has come.
 -- Returns the new state. The caller commits (dead letters are trimmed).
 local function fail_delivery(id, job, reason, end_ms, override_ms, now)
-  local limit = attempts_limit(job)
-  job.q = '0'
-  if limit > 0 and job.a >= limit then
+  local limit, attempts = attempts_limit(job), tonumber(job.a)
+  extra(job).q = '0'
+  if limit > 0 and attempts >= limit then
     bury(id, job, reason, now)
     return 'dead'
   end
-  local due = math.max(end_ms + (override_ms or retry_interval_ms(job.retry, job.a)), now)
+  local due = math.max(end_ms + (override_ms or retry_interval_ms(job.retry, attempts)), now)
   job.d = int(due)
   if due <= now then
     make_ready(id, job)

@@ -104,17 +104,16 @@ end
 -- BODIES, so that a state change does not copy them.
 local BODY_INLINE = 4096
 
--- create stores a new job with body (its other fields set).
+-- create stores a new job: job has every field but f and body, and cb
+-- is its callback or ''.
 local function create(id, job, body)
+  job.f = job.cb ~= '' and 1 or 0
+  job.body = body
   if #body > BODY_INLINE then
-    job.separate = true
-    job.body = nil
+    job.f = job.f + 2
     note(pending('bodies'), id, body)
-  else
-    -- A replaced job's separate body was marked for deletion by remove.
-    job.separate = false
-    job.body = body
   end
+  -- A replaced job's separate body was marked for deletion by remove.
   put(id, job)
   enter(id, job)
 end
@@ -123,7 +122,7 @@ end
 local function remove(id, job)
   leave(id, job)
   put(id, false)
-  if job.separate then
+  if separate_body(job) then
     note(pending('bodies'), id, false)
   end
 end
@@ -138,8 +137,8 @@ end
 
 -- body_of returns a job's body, reading BODIES when it is kept there.
 local function body_of(id, job)
-  if not job.separate then
-    return job.body
+  if not separate_body(job) then
+    return tail(job).body
   end
   local bodies = pend.bodies
   if bodies and bodies[id] then
