@@ -165,14 +165,16 @@ local function signal(topic, n)
   note(s, key, (s[key] or 0) + n)
 end
 
--- Wake-up lists expire when no token was added for this long: tokens only
--- wake, so a list nobody pops from must not stay behind.
+-- A wake-up list expires this long after it was made: tokens only wake,
+-- so a list nobody pops from must not stay behind. (Waiters empty a list
+-- they pop from, and the next token makes it anew.)
 local WAKE_TTL_MS = 60000
 
 -- signal_key adds up to n tokens to a wake-up list, which keeps at most
 -- the cap (ARGV[1]).
 local function signal_key(key, n)
-  local room = tonumber(ARGV[1]) - redis.call('LLEN', key)
+  local len = redis.call('LLEN', key)
+  local room = tonumber(ARGV[1]) - len
   if n > room then
     n = room
   end
@@ -188,7 +190,9 @@ local function signal_key(key, n)
     redis.call('RPUSH', key, unpack(tokens, 1, batch))
     n = n - batch
   end
-  redis.call('PEXPIRE', key, WAKE_TTL_MS)
+  if len == 0 then
+    redis.call('PEXPIRE', key, WAKE_TTL_MS)
+  end
 end
 
 -- emit runs cmd on key with the fixed arguments pre (0 to 2), then args in
@@ -283,15 +287,23 @@ local function flush()
     end
   end
   -- Increments first, so that a topic's counters never look empty halfway.
-  -- A counter down to 0 goes; its topic may have emptied.
-  local counts, emptied = pend.counts, {}
+  -- A counter down to 0 goes, and what the topic kept for that state with
+  -- it: its wake-up tokens with its last ready job, its timer with its
+  -- last delayed or reserved one, its dropped dead letters' count with its
+  -- last job.
+  local counts = pend.counts
   if counts then
+    local emptied = {}
     for _, sign in ipairs({1, -1}) do
       for _, field in ipairs(counts) do
         local d = counts[field]
         if d * sign > 0 and redis.call('HINCRBY', KEYS[8], field, d) <= 0 then
           redis.call('HDEL', KEYS[8], field)
-          local topic = string.match(field, '^%a+,(.*)$')
+          local state, topic = string.match(field, '^(%a+),(.*)$')
+          if state == 'ready' and WAKE[topic] then
+            -- Tokens say a job is ready: with none, they would only lie.
+            redis.call('DEL', WAKE[topic])
+          end
           if topic and not emptied[topic] then
             emptied[topic] = true
             emptied[#emptied + 1] = topic
@@ -299,18 +311,14 @@ local function flush()
         end
       end
     end
-  end
-  for _, topic in ipairs(emptied) do
-    local f = redis.call('HMGET', KEYS[8], 'delay,' .. topic, 'ready,' .. topic, 'reserved,' .. topic, 'dead,' .. topic)
-    if not f[1] and not f[3] then
-      redis.call('ZREM', KEYS[7], topic)
-    end
-    -- Tokens say a job is ready: with none ready, they would only lie.
-    if not f[2] and WAKE[topic] then
-      redis.call('DEL', WAKE[topic])
-    end
-    if not f[1] and not f[2] and not f[3] and not f[4] then
-      redis.call('HDEL', KEYS[8], 'dropped,' .. topic)
+    for _, topic in ipairs(emptied) do
+      local f = redis.call('HMGET', KEYS[8], 'delay,' .. topic, 'ready,' .. topic, 'reserved,' .. topic, 'dead,' .. topic)
+      if not f[1] and not f[3] then
+        redis.call('ZREM', KEYS[7], topic)
+      end
+      if not f[1] and not f[2] and not f[3] and not f[4] then
+        redis.call('HDEL', KEYS[8], 'dropped,' .. topic)
+      end
     end
   end
   local signals = pend.signals
