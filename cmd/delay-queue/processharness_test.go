@@ -95,16 +95,29 @@ func (b *procOutput) String() string {
 type procConf struct {
 	BindAddress string
 	RedisAddr   string
-	Extra       []string // more "key = value" lines
+	// ClusterAddrs, when set, are a Redis Cluster's seed nodes: the conf
+	// then names them instead of RedisAddr, with db 0 and no bucket_size
+	// (the cluster default), unless Extra sets one.
+	ClusterAddrs []string
+	Extra        []string // more "key = value" lines
 }
 
 func (c procConf) render() string {
 	lines := []string{
 		"bind_address = " + c.BindAddress,
-		"bucket_size = 3",
 		"queue_block_timeout = 178",
-		"redis.host = " + c.RedisAddr,
-		"redis.db = 1",
+	}
+	if len(c.ClusterAddrs) > 0 {
+		lines = append(lines,
+			"redis.cluster_addrs = "+strings.Join(c.ClusterAddrs, ","),
+			"redis.db = 0",
+		)
+	} else {
+		lines = append(lines,
+			"bucket_size = 3",
+			"redis.host = "+c.RedisAddr,
+			"redis.db = 1",
+		)
 	}
 	lines = append(lines, c.Extra...)
 	return strings.Join(lines, "\n") + "\n"
@@ -133,9 +146,22 @@ type procServer struct {
 // ends, and its output is logged if the test failed.
 func newProcServer(t testing.TB, name, redisAddr string, extra ...string) *procServer {
 	t.Helper()
+	return newProcServerConf(t, name, procConf{RedisAddr: redisAddr, Extra: extra})
+}
+
+// newProcClusterServer is newProcServer for a server on the Redis Cluster
+// whose seed nodes are clusterAddrs.
+func newProcClusterServer(t testing.TB, name string, clusterAddrs []string, extra ...string) *procServer {
+	t.Helper()
+	return newProcServerConf(t, name, procConf{ClusterAddrs: clusterAddrs, Extra: extra})
+}
+
+// newProcServerConf is newProcServer with conf, whose BindAddress it sets.
+func newProcServerConf(t testing.TB, name string, conf procConf) *procServer {
+	t.Helper()
 	bin := procBinary(t)
 	addr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
-	conf := procConf{BindAddress: addr, RedisAddr: redisAddr, Extra: extra}
+	conf.BindAddress = addr
 	confPath := filepath.Join(t.TempDir(), name+".conf")
 	if err := os.WriteFile(confPath, []byte(conf.render()), 0o600); err != nil {
 		t.Fatalf("write conf: %v", err)
