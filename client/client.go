@@ -6,7 +6,9 @@
 // Every method takes a context.Context and returns either a *APIError, when
 // the server answered with code 1 (or a 4xx envelope), or a transport error
 // (connection refused, timeout, an answer that is not the server's JSON),
-// which is never a *APIError.
+// which is never a *APIError. A batch the server did only in part (some of
+// Redis unavailable) comes back as a *PartialBatchError, which wraps the
+// *APIError: use errors.As, not a type assertion.
 package client
 
 import (
@@ -108,8 +110,9 @@ type APIError struct {
 	// HTTPStatus is the answer's status code.
 	HTTPStatus int
 	// Data is the envelope's data, when the failure carries some: the bad
-	// jobs of a rejected batch push, or the result of a partly refused
-	// batch finish. Nil otherwise.
+	// jobs of a rejected batch push, the result of a partly refused batch
+	// finish, or every job's or id's status of a batch done in part (see
+	// PartialBatchError). Nil otherwise.
 	Data json.RawMessage
 	// Endpoint is the path that was called, such as "/push".
 	Endpoint string

@@ -73,3 +73,30 @@ func ExampleClient_Push_retrySchedule() {
 		log.Print(err)
 	}
 }
+
+// Push a batch; when part of it was not stored (a Redis node down), push
+// the jobs that failed again once Redis is back. Pushing the whole batch
+// again would be safe too, but would restart the stored jobs' delays.
+func ExampleClient_PushBatch() {
+	c := client.New("http://127.0.0.1:9277")
+	jobs := []client.PushJob{
+		{Topic: "order-timeout", ID: "order-1001", Delay: 30 * time.Minute, TTR: 30 * time.Second, Body: "1001"},
+		{Topic: "order-timeout", ID: "order-1002", Delay: 30 * time.Minute, TTR: 30 * time.Second, Body: "1002"},
+	}
+	_, err := c.PushBatch(context.Background(), jobs)
+	var partial *client.PartialBatchError
+	switch {
+	case errors.As(err, &partial):
+		var again []client.PushJob
+		for _, r := range partial.Failed() {
+			again = append(again, jobs[r.Index])
+		}
+		fmt.Printf("%d of %d jobs not stored (%s): push them again later\n", len(again), len(jobs), partial.Message)
+	case client.InvalidJobs(err) != nil:
+		for _, bad := range client.InvalidJobs(err) {
+			fmt.Printf("job %d (%s): %s\n", bad.Index, bad.ID, bad.Message)
+		}
+	case err != nil:
+		fmt.Println("not pushed:", err)
+	}
+}

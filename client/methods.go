@@ -22,14 +22,24 @@ func (c *Client) Push(ctx context.Context, job PushJob) (existed bool, err error
 	return data != nil && data.Exists, nil
 }
 
-// PushBatch pushes 1 to 1000 jobs in one request, all or nothing. When any
-// job is invalid nothing is stored, and InvalidJobs(err) lists the bad ones.
-// The results are in input order.
+// PushBatch pushes 1 to 1000 jobs in one request. The batch is checked
+// whole first: when any job is invalid nothing is stored, and
+// InvalidJobs(err) lists the bad ones. When it is stored only in part (some
+// partitions' Redis unavailable), the error is a *PartialBatchError, and
+// the results still list every job, the ones not stored with BatchFailed;
+// pushing the whole batch again is safe. The results are in input order.
 func (c *Client) PushBatch(ctx context.Context, jobs []PushJob) ([]PushResult, error) {
 	var results []PushResult
-	err := c.Call(ctx, "/push", struct {
+	err := asPartialBatch(c.Call(ctx, "/push", struct {
 		Jobs []PushJob `json:"jobs"`
-	}{jobs}, &results)
+	}{jobs}, &results))
+	var partial *PartialBatchError
+	if errors.As(err, &partial) {
+		results = make([]PushResult, len(partial.Results))
+		for i, r := range partial.Results {
+			results[i] = PushResult{ID: r.ID, Status: r.Status}
+		}
+	}
 	return results, err
 }
 
@@ -121,11 +131,25 @@ func (c *Client) Finish(ctx context.Context, id string) error {
 
 // FinishIDs finishes 1 to 1000 jobs. When some are dead-lettered, it
 // returns both the result (the others are finished) and an *APIError.
+// When some ids could not be handled (part of Redis unavailable), the
+// error is a *PartialBatchError listing every id's status, and the result
+// counts what was done; finishing the same ids again is safe.
 func (c *Client) FinishIDs(ctx context.Context, ids []string) (FinishResult, error) {
 	var result FinishResult
-	err := c.Call(ctx, "/finish", idsRequest{ids}, &result)
+	err := asPartialBatch(c.Call(ctx, "/finish", idsRequest{ids}, &result))
+	var partial *PartialBatchError
 	var apiErr *APIError
-	if errors.As(err, &apiErr) && len(apiErr.Data) > 0 {
+	switch {
+	case errors.As(err, &partial):
+		for _, r := range partial.Results {
+			switch r.Status {
+			case BatchFinished:
+				result.Finished++
+			case StateDead:
+				result.Dead = append(result.Dead, r.ID)
+			}
+		}
+	case errors.As(err, &apiErr) && len(apiErr.Data) > 0:
 		// A partial refusal still reports what was done.
 		_ = json.Unmarshal(apiErr.Data, &result)
 	}
@@ -137,12 +161,23 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	return c.Call(ctx, "/delete", idRequest{id}, nil)
 }
 
-// DeleteIDs removes 1 to 1000 jobs and returns how many existed.
+// DeleteIDs removes 1 to 1000 jobs and returns how many existed. When some
+// ids could not be handled (part of Redis unavailable), the error is a
+// *PartialBatchError listing every id's status, and the count is of the
+// jobs deleted; deleting the same ids again is safe.
 func (c *Client) DeleteIDs(ctx context.Context, ids []string) (int, error) {
 	var data struct {
 		Deleted int `json:"deleted"`
 	}
-	err := c.Call(ctx, "/delete", idsRequest{ids}, &data)
+	err := asPartialBatch(c.Call(ctx, "/delete", idsRequest{ids}, &data))
+	var partial *PartialBatchError
+	if errors.As(err, &partial) {
+		for _, r := range partial.Results {
+			if r.Status == BatchDeleted {
+				data.Deleted++
+			}
+		}
+	}
 	return data.Deleted, err
 }
 

@@ -21,6 +21,16 @@ const (
 	PushExists   = "exists" // if_absent was set and the id existed: nothing changed
 )
 
+// Statuses of a job or id in a batch the server did only in part (see
+// PartialBatchError), besides PushCreated, PushReplaced, PushExists and,
+// for a dead-lettered job that /finish left alone, StateDead.
+const (
+	BatchFailed   = "failed"   // not handled: its part of Redis was unavailable
+	BatchFinished = "finished" // /finish with ids
+	BatchDeleted  = "deleted"  // /delete with ids
+	BatchUnknown  = "unknown"  // /finish or /delete with ids: no such job
+)
+
 // PushJob is a job to push. Its JSON form is the API's: durations travel as
 // whole seconds ("delay", "ttr", "retry"), except a Delay with a fraction of
 // a second, which travels as "delay_ms". Durations between whole seconds
@@ -109,8 +119,10 @@ func (j *PushJob) UnmarshalJSON(data []byte) error {
 
 // PushResult is the outcome of one job of a batch push.
 type PushResult struct {
-	ID     string `json:"id"`
-	Status string `json:"status"` // PushCreated, PushReplaced or PushExists
+	ID string `json:"id"`
+	// Status is PushCreated, PushReplaced or PushExists; BatchFailed too
+	// when PushBatch also returns a *PartialBatchError.
+	Status string `json:"status"`
 }
 
 // InvalidJob names a job of a rejected batch push and what is wrong with it.
@@ -122,17 +134,122 @@ type InvalidJob struct {
 
 // InvalidJobs returns the bad jobs listed by a batch push the server
 // rejected, or nil when err is not such a rejection. Nothing of a rejected
-// batch was stored.
+// batch was stored. A batch stored in part is not a rejection: see
+// PartialBatchError.
 func InvalidJobs(err error) []InvalidJob {
 	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Endpoint != "/push" || len(apiErr.Data) == 0 {
+	if !errors.As(err, &apiErr) || apiErr.Endpoint != "/push" {
 		return nil
 	}
-	var bad []InvalidJob
-	if json.Unmarshal(apiErr.Data, &bad) != nil {
+	entries, ok := decodeBatchEntries(apiErr.Data)
+	if !ok || entries[0].Status != nil {
 		return nil
+	}
+	bad := make([]InvalidJob, len(entries))
+	for i, e := range entries {
+		bad[i] = InvalidJob{Index: e.Index, ID: e.ID, Message: e.Message}
 	}
 	return bad
+}
+
+// BatchResult is one job's or id's outcome in a batch the server did only
+// in part.
+type BatchResult struct {
+	// Index is the job's position in the batch, from 0. For /finish and
+	// /delete it counts the distinct ids, in the order first given: the
+	// position in ids when no id repeats.
+	Index int    `json:"index"`
+	ID    string `json:"id"`
+	// Status is PushCreated, PushReplaced or PushExists for a push;
+	// BatchFinished, BatchDeleted, BatchUnknown or StateDead for /finish
+	// and /delete; BatchFailed when the job or id was not handled.
+	Status string `json:"status"`
+	// Message says why, for BatchFailed.
+	Message string `json:"message,omitempty"`
+}
+
+// PartialBatchError is returned when the server handled only part of a
+// batch push, or of a /finish or /delete with ids: the batch spans
+// partitions, which are stored by one call each, and some of them could
+// not be reached (a Redis node down, a failover under way). Unlike a
+// rejected batch (InvalidJobs), part of it took effect. Results holds the
+// outcome of every job or id, in batch order; Failed picks those that were
+// not handled.
+//
+// Sending the whole batch again is safe: a job replaces the job with its
+// own id (or, with IfAbsent, leaves it alone), and finishing or deleting
+// an id twice is harmless. Sending only the failed part does less: the
+// jobs already stored are not replaced, so their delay does not start
+// again. The client retries neither by itself, since the failure usually
+// lasts longer than a retry would wait, and only the caller knows whether
+// the batch may wait.
+//
+// It wraps the server's *APIError (code 1), so errors.As with an *APIError
+// still finds it.
+type PartialBatchError struct {
+	*APIError
+	Results []BatchResult
+}
+
+// Unwrap returns the server's answer.
+func (e *PartialBatchError) Unwrap() error { return e.APIError }
+
+// Failed returns the results of the jobs or ids that were not handled.
+func (e *PartialBatchError) Failed() []BatchResult {
+	var failed []BatchResult
+	for _, r := range e.Results {
+		if r.Status == BatchFailed {
+			failed = append(failed, r)
+		}
+	}
+	return failed
+}
+
+// batchEntry is an element of the data of a failed batch: a rejected push
+// lists its bad jobs with a message each; a batch done in part lists every
+// job or id with its status.
+type batchEntry struct {
+	Index   int     `json:"index"`
+	ID      string  `json:"id"`
+	Status  *string `json:"status"`
+	Message string  `json:"message"`
+}
+
+// decodeBatchEntries reads data as a non-empty list of batch entries, all
+// of one shape (all with a status, or none).
+func decodeBatchEntries(data json.RawMessage) ([]batchEntry, bool) {
+	if len(data) == 0 {
+		return nil, false
+	}
+	var entries []batchEntry
+	if json.Unmarshal(data, &entries) != nil || len(entries) == 0 {
+		return nil, false
+	}
+	withStatus := entries[0].Status != nil
+	for _, e := range entries {
+		if (e.Status != nil) != withStatus {
+			return nil, false
+		}
+	}
+	return entries, true
+}
+
+// asPartialBatch turns an *APIError whose data lists every job's or id's
+// status into a *PartialBatchError; other errors are returned as they are.
+func asPartialBatch(err error) error {
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	entries, ok := decodeBatchEntries(apiErr.Data)
+	if !ok || entries[0].Status == nil {
+		return err
+	}
+	partial := &PartialBatchError{APIError: apiErr, Results: make([]BatchResult, len(entries))}
+	for i, e := range entries {
+		partial.Results[i] = BatchResult{Index: e.Index, ID: e.ID, Status: *e.Status, Message: e.Message}
+	}
+	return partial
 }
 
 // Job is a delivered job, as /pop returns it. The job stays reserved for

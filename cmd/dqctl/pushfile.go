@@ -37,6 +37,10 @@ type lineError struct {
 type pushSummary struct {
 	Pushed int `json:"pushed"`
 	Failed int `json:"failed"`
+	// NotStored counts the failed lines of batches the server stored only
+	// in part (some of Redis unavailable): valid jobs that pushing the
+	// file again stores.
+	NotStored int `json:"not_stored"`
 	// Errors lists the first failed lines, in line order.
 	Errors []lineError `json:"errors"`
 }
@@ -160,7 +164,9 @@ func (p *filePusher) parseLine(line int, raw []byte) (client.PushJob, bool) {
 // send pushes a batch. When the server rejects it, it lists the invalid
 // jobs: those lines are recorded as failed and the others are sent again.
 // A rejection without that list (such as a body too large) is retried one
-// job at a time, so that each failing line is found.
+// job at a time, so that each failing line is found. A batch stored in
+// part is not sent again: Redis is unavailable for the rest, and the
+// summary says that pushing the file again is safe.
 func (p *filePusher) send(ctx context.Context, batch []lineJob) {
 	jobs := make([]client.PushJob, len(batch))
 	for i, lj := range batch {
@@ -169,6 +175,11 @@ func (p *filePusher) send(ctx context.Context, batch []lineJob) {
 	_, err := p.client.PushBatch(ctx, jobs)
 	if err == nil {
 		p.pushed(len(batch))
+		return
+	}
+	var partial *client.PartialBatchError
+	if errors.As(err, &partial) {
+		p.partlyStored(batch, partial)
 		return
 	}
 	var apiErr *client.APIError
@@ -214,6 +225,36 @@ func (p *filePusher) send(ctx context.Context, batch []lineJob) {
 	}
 }
 
+// partlyStored records the outcome of a batch the server stored only in
+// part: every job has a status, and the failed ones a message. A job the
+// answer leaves out (or names wrongly) is counted as failed, with the
+// batch's message: nothing says it was stored.
+func (p *filePusher) partlyStored(batch []lineJob, partial *client.PartialBatchError) {
+	failed := make([]string, len(batch))
+	for i := range failed {
+		failed[i] = partial.Message
+	}
+	for _, r := range partial.Results {
+		if r.Index < 0 || r.Index >= len(batch) || r.ID != strings.TrimSpace(batch[r.Index].job.ID) {
+			continue
+		}
+		switch {
+		case r.Status != client.BatchFailed:
+			failed[r.Index] = ""
+		case r.Message != "":
+			failed[r.Index] = r.Message
+		}
+	}
+	for i, msg := range failed {
+		if msg == "" {
+			p.pushed(1)
+			continue
+		}
+		p.fail(batch[i], msg)
+		p.summary.NotStored++
+	}
+}
+
 func (p *filePusher) pushed(n int) {
 	p.summary.Pushed += n
 	p.progress.add(n)
@@ -248,6 +289,10 @@ func (p *filePusher) printSummary(a *app, lines int, elapsed time.Duration) erro
 	}
 	if more := len(failures) - len(shown); more > 0 {
 		fmt.Fprintf(a.stdout, "... and %d more failed lines\n", more)
+	}
+	if n := p.summary.NotStored; n > 0 {
+		fmt.Fprintf(a.stdout, "not stored because part of Redis was unavailable: %d lines; pushing the same file again is safe "+
+			"(jobs already stored are replaced, or left alone with if_absent)\n", n)
 	}
 	return nil
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,5 +199,92 @@ func TestProgressRedrawsAtMostEveryInterval(t *testing.T) {
 	nilProgress.finish()
 	if isTerminal(&out) {
 		t.Error("a buffer is not a terminal")
+	}
+}
+
+// partitionDownServer answers /push as the server does when the partition
+// of the ids starting with "x" is unavailable: a batch with such a job is
+// stored in part (code 1, every job's status); the others are pushed. It
+// returns the server and the number of /push requests it got.
+func partitionDownServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		var req struct {
+			Jobs []struct {
+				ID string `json:"id"`
+			} `json:"jobs"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || r.URL.Path != "/push" || len(req.Jobs) == 0 {
+			t.Errorf("%s: not a batch push: %v", r.URL.Path, err)
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		var pushed, outcomes []string // the data of a success, of a batch stored in part
+		failed := 0
+		for i, job := range req.Jobs {
+			pushed = append(pushed, fmt.Sprintf(`{"id":%q,"status":"created"}`, job.ID))
+			if strings.HasPrefix(job.ID, "x") {
+				failed++
+				outcomes = append(outcomes, fmt.Sprintf(`{"index":%d,"id":%q,"status":"failed","message":"redis unavailable, try again"}`, i, job.ID))
+			} else {
+				outcomes = append(outcomes, fmt.Sprintf(`{"index":%d,"id":%q,"status":"created"}`, i, job.ID))
+			}
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		if failed == 0 {
+			fmt.Fprintf(w, `{"code":0,"message":"pushed %d jobs","data":[%s]}`, len(req.Jobs), strings.Join(pushed, ","))
+			return
+		}
+		fmt.Fprintf(w, `{"code":1,"message":"%d of %d not stored: part of redis is unavailable; pushing the whole batch again is safe","data":[%s]}`,
+			failed, len(req.Jobs), strings.Join(outcomes, ","))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &requests
+}
+
+func TestPushFilePartlyStored(t *testing.T) {
+	path := writeLines(t,
+		jobLine("a1", ""),
+		jobLine("x2", ""), // line 2: its partition is down
+		jobLine("a3", ""),
+		`{oops`,           // line 4: malformed
+		jobLine("x5", ""), // line 5: its partition is down
+		jobLine("a6", ""),
+		jobLine("a7", ""),
+	)
+	srv, requests := partitionDownServer(t)
+	r := dq(t, srv.URL, "push", "--file", path, "--batch", "3")
+	if r.code != exitFailure {
+		t.Fatalf("exit %d, want 1 (some jobs not stored)\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	wantContains(t, "summary", r.stdout,
+		"pushed 4, failed 3 (7 lines in",
+		"line 2 (id x2): redis unavailable, try again",
+		"line 4: malformed JSON",
+		"line 5 (id x5): redis unavailable, try again",
+		"not stored because part of Redis was unavailable: 2 lines; pushing the same file again is safe")
+	if strings.Contains(r.stdout, "id a1") || strings.Contains(r.stdout, "id a3") {
+		t.Errorf("a stored job is reported as failed:\n%s", r.stdout)
+	}
+	// Batches a1 x2 a3, x5 a6 a7: each sent once, not again job by job.
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests, want 2 (one per batch, no retry)", n)
+	}
+
+	r = dq(t, srv.URL, "push", "--json", "--file", path, "--batch", "3")
+	var summary pushSummary
+	decodeJSON(t, r.stdout, &summary)
+	if r.code != exitFailure || summary.Pushed != 4 || summary.Failed != 3 || summary.NotStored != 2 || len(summary.Errors) != 3 ||
+		summary.Errors[0] != (lineError{2, "x2", "redis unavailable, try again"}) {
+		t.Errorf("push --file --json: exit %d, %+v", r.code, summary)
+	}
+
+	// A file whose lines fail only for being invalid gives no such hint.
+	url := startServer(t)
+	r = dq(t, url, "push", "--file", writeLines(t, jobLine("ok", ""), `{"topic":"bulk","id":"bad","ttr":0}`))
+	if r.code != exitFailure || strings.Contains(r.stdout, "not stored because") {
+		t.Errorf("exit %d, summary of invalid lines mentions Redis:\n%s", r.code, r.stdout)
 	}
 }
