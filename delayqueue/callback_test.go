@@ -5,13 +5,11 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestCallbackJobsGoToDispatchersOnly(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		cb := &Callback{URL: "https://merchant.example/notify", TimeoutSeconds: 5}
 		if _, err := q.Push(ctx, Job{Topic: "pay", ID: "cb1", Body: "paid", Callback: cb, Retry: []int{0}}); err != nil {
@@ -54,23 +52,24 @@ func TestCallbackJobsGoToDispatchersOnly(t *testing.T) {
 }
 
 func TestCallbackDefaultBackoff(t *testing.T) {
-	m := redistest.Mini(t)
-	q := newTestQueue(t, m.Addr())
-	ctx := context.Background()
-	if _, err := q.Push(ctx, Job{Topic: "pay", ID: "cb2", Callback: &Callback{URL: "http://example.com/"}}); err != nil {
-		t.Fatal(err)
-	}
-	info, _ := q.Get(ctx, "cb2")
-	if len(info.Retry) != len(DefaultCallbackRetry) {
-		t.Fatalf("retry = %v, want the default backoff", info.Retry)
-	}
-	got, _ := q.ClaimCallbacks(ctx, 1)
-	if len(got) != 1 {
-		t.Fatal("not claimed")
-	}
-	if state, err := q.CallbackFailed(ctx, "cb2", 1, 500, "", ""); err != nil || state != StateDelay {
-		t.Fatalf("after a failure: %s, %v (want a delay, not an immediate retry)", state, err)
-	}
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		if _, err := q.Push(ctx, Job{Topic: "pay", ID: "cb2", Callback: &Callback{URL: "http://example.com/"}}); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := q.Get(ctx, "cb2")
+		if len(info.Retry) != len(DefaultCallbackRetry) {
+			t.Fatalf("retry = %v, want the default backoff", info.Retry)
+		}
+		got, _ := q.ClaimCallbacks(ctx, 1)
+		if len(got) != 1 {
+			t.Fatal("not claimed")
+		}
+		if state, err := q.CallbackFailed(ctx, "cb2", 1, 500, "", ""); err != nil || state != StateDelay {
+			t.Fatalf("after a failure: %s, %v (want a delay, not an immediate retry)", state, err)
+		}
+	})
 }
 
 func TestCallbackValidation(t *testing.T) {
