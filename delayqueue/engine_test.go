@@ -624,3 +624,32 @@ func TestHeldPopsServedInArrivalOrder(t *testing.T) {
 		}
 	})
 }
+
+// A held Pop that lists a topic twice leaves no waiter behind once it is
+// served: the topic's next job goes to the next Pop, at once, with its
+// first attempt. (The waiters are the process's: one backend will do.)
+func TestHeldPopWithARepeatedTopicLeavesNoWaiter(t *testing.T) {
+	q := newTestQueue(t, miniBackend.start(t))
+	ctx := context.Background()
+	held := make(chan *Delivery, 1)
+	go func() {
+		d, err := q.Pop(ctx, []string{"dup", "dup"}, 10*time.Second)
+		if err != nil {
+			t.Errorf("held pop: %v", err)
+		}
+		held <- d
+	}()
+	waitFor(t, 5*time.Second, "the held pop registered", func() bool { return q.waiters.anyWaiting([]string{"dup"}) })
+	mustPush(t, q, Job{Topic: "dup", ID: "first"})
+	if d := <-held; d == nil || d.ID != "first" {
+		t.Fatalf("held pop = %+v, want job first", d)
+	}
+	if q.waiters.anyWaiting([]string{"dup"}) {
+		t.Errorf("a waiter of topic dup is still registered after its only Pop returned")
+	}
+	mustPush(t, q, Job{Topic: "dup", ID: "second"})
+	if d := mustPop(t, q, 2*time.Second, "dup"); d == nil || d.ID != "second" || d.Attempts != 1 {
+		info, _ := q.Get(ctx, "second")
+		t.Fatalf("pop after the held pop = %+v, want job second, attempt 1; the job is %s, attempt %d", d, info.State, info.Attempts)
+	}
+}
