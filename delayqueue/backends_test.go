@@ -43,11 +43,17 @@ func onServer(addr string) *testRedis { return &testRedis{opts: testRedisOptions
 
 // onSharedCluster is the shared cluster, with a namespace for this test.
 func onSharedCluster(t *testing.T) *testRedis {
-	c := sharedCluster.Get(t)
+	r := onCluster(sharedCluster.Get(t))
+	r.namespace = sharedCluster.Namespace()
+	return r
+}
+
+// onCluster is the cluster c, the test's own.
+func onCluster(c *redistest.Cluster) *testRedis {
 	opts := testRedisOptions("")
 	opts.DB = 0
 	opts.ClusterAddrs = c.Addrs()
-	return &testRedis{opts: opts, namespace: sharedCluster.Namespace(), cluster: c}
+	return &testRedis{opts: opts, cluster: c}
 }
 
 func testRedisOptions(addr string) redisconn.Options {

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // idsPerPartition returns perPartition ids with prefix for each partition
@@ -263,4 +265,35 @@ func TestBracesInNamesStayInTheirPartitionSlot(t *testing.T) {
 		}
 		assertNoTraces(t, r, "{x}y}", "{}", "}{", "{a}b{c}", "{z", "a{b}c", "{!", "}x{y}", "{q}")
 	})
+}
+
+// When every node of the cluster is gone, a Pop gives up about as soon as
+// a call on one partition does (a Get), not after one such give-up per
+// partition it tries: with the cluster default of 12 partitions that
+// would keep a consumer's pop, even of hold 0, waiting twelve times as
+// long, far beyond any hold. On a cluster of its own: it kills the nodes.
+func TestPopOnAClusterDownGivesUpLikeOneCall(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	q := newTestQueue(t, onCluster(c), func(o *Options) { o.BucketSize = DefaultClusterPartitions })
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		n.Kill()
+	}
+	var oneCall time.Duration
+	for range 2 { // the first after the kill may be cut short by a connection error
+		start := time.Now()
+		if _, err := q.Get(ctx, "some-id"); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("get with every node gone: %v, want ErrUnavailable", err)
+		}
+		oneCall = max(oneCall, time.Since(start))
+	}
+	start := time.Now()
+	_, err := q.Pop(ctx, []string{"t"}, 0)
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("pop with every node gone: %v, want ErrUnavailable", err)
+	}
+	if took > 3*oneCall+time.Second {
+		t.Fatalf("pop took %v to give up, a call on one partition %v: it waited out each of %d partitions", took, oneCall, len(q.partitions))
+	}
 }
