@@ -1,0 +1,133 @@
+package delayqueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+)
+
+// Repartition moves every job, offline, to its partition of the new count,
+// in the state it had, and leaves nothing in the partitions of the old
+// count: on a cluster they move between slots of different primaries.
+func TestRepartitionMovesEveryJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		ctx := context.Background()
+		const from, to = 3, 5
+		var ready, delayed, reserved, dead []string
+		// A queue of the old count, stopped when the subtest ends.
+		t.Run(fmt.Sprint("jobs in ", from, " partitions"), func(t *testing.T) {
+			q := newTestQueue(t, r, func(o *Options) { o.BucketSize = from })
+			for i := range 12 {
+				id := fmt.Sprint("ready-", i, ".")
+				mustPush(t, q, Job{Topic: "moved", ID: id, Body: "body of " + id})
+				ready = append(ready, id)
+			}
+			for i := range 6 {
+				id := fmt.Sprint("delayed-", i, ".")
+				mustPush(t, q, Job{Topic: "moved", ID: id, Delay: time.Hour, Body: strings.Repeat("long ", 40)})
+				delayed = append(delayed, id)
+			}
+			for i := range 4 {
+				id := fmt.Sprint("reserved-", i, ".")
+				mustPush(t, q, Job{Topic: "held", ID: id, TTR: time.Hour})
+				if d := mustPop(t, q, time.Second, "held"); d == nil || d.ID != id {
+					t.Fatalf("pop = %+v, want %s", d, id)
+				}
+				reserved = append(reserved, id)
+			}
+			for i := range 3 {
+				id := fmt.Sprint("dead-", i, ".")
+				mustPush(t, q, Job{Topic: "gone", ID: id, MaxAttempts: 1})
+				if d := mustPop(t, q, time.Second, "gone"); d == nil || d.ID != id {
+					t.Fatalf("pop = %+v, want %s", d, id)
+				}
+				if state, _, err := q.Release(ctx, id, nil, 1); err != nil || state != StateDead {
+					t.Fatalf("release %s = %s, %v", id, state, err)
+				}
+				dead = append(dead, id)
+			}
+		})
+		if t.Failed() {
+			t.FailNow()
+		}
+
+		rdb, err := redisconn.New(r.opts, testLogger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
+		moved, err := Repartition(ctx, rdb, opts, to, testLogger(t))
+		if err != nil {
+			t.Fatalf("repartition: %v", err)
+		}
+		total := len(ready) + len(delayed) + len(reserved) + len(dead)
+		if moved == 0 || moved > total {
+			t.Fatalf("repartition moved %d jobs of %d", moved, total)
+		}
+		if l, found, err := ReadLayout(ctx, rdb, opts.KeyPrefix); err != nil || !found || l.Partitions != to || l.MovingTo != 0 {
+			t.Fatalf("layout after the move = %+v, %v, %v", l, found, err)
+		}
+
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = to })
+		var newTags []string
+		for _, p := range q.partitions {
+			newTags = append(newTags, p.tag)
+		}
+		// Of the old partitions, not one of their keys is left (the wake-up
+		// lists aside: they hold no job).
+		for _, k := range rawContent(t, r) {
+			if tag := partitionTagOf(k.key); tag != "" && !slices.Contains(newTags, tag) && !strings.HasPrefix(k.key, q.keys.wakePrefix(tag)) {
+				t.Errorf("key %s (%s, %d items) is not in a partition of %d: %v", k.key, k.typ, len(k.items), to, newTags)
+			}
+		}
+		for state, ids := range map[string][]string{StateReady: ready, StateDelay: delayed, StateReserved: reserved, StateDead: dead} {
+			for _, id := range ids {
+				info, err := q.Get(ctx, id)
+				if err != nil || info == nil || info.State != state {
+					t.Fatalf("%s after the move: %+v, %v; want it %s", id, info, err, state)
+				}
+			}
+		}
+		stats, err := q.Stats(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]TopicStats{"moved": {Ready: int64(len(ready)), Delay: int64(len(delayed))}, "held": {Reserved: int64(len(reserved))}, "gone": {Dead: int64(len(dead))}}
+		if fmt.Sprint(stats) != fmt.Sprint(want) {
+			t.Fatalf("stats after the move = %v, want %v", stats, want)
+		}
+		got := map[string]bool{}
+		for len(got) < len(ready) {
+			d := mustPop(t, q, time.Second, "moved")
+			if d == nil || got[d.ID] || d.Body != "body of "+d.ID {
+				t.Fatalf("pop after %d of %d ready jobs = %+v", len(got), len(ready), d)
+			}
+			got[d.ID] = true
+		}
+		if d := mustPop(t, q, 0, "moved"); d != nil {
+			t.Fatalf("pop = %+v, want nothing: the rest is delayed", d)
+		}
+		list, n, err := q.DeadList(ctx, "gone", 0, 10)
+		if err != nil || n != len(dead) || len(list) != len(dead) {
+			t.Fatalf("dead list after the move = %+v, %d, %v", list, n, err)
+		}
+		if info, _ := q.Get(ctx, delayed[0]); info.Body != strings.Repeat("long ", 40) {
+			t.Fatalf("a long body after the move: %q", info.Body)
+		}
+	})
+}
+
+// partitionTagOf is the hash tag a partition's key starts with, braces
+// included, or "" for another key.
+func partitionTagOf(key string) string {
+	if !strings.HasPrefix(key, "{") {
+		return ""
+	}
+	return key[:strings.IndexByte(key, '}')+1]
+}
