@@ -80,7 +80,7 @@ func TestRepartitionMovesEveryJob(t *testing.T) {
 			newTags = append(newTags, p.tag)
 		}
 		// Of the old partitions, not one of their keys is left (the wake-up
-		// lists aside: they hold no job).
+		// lists aside: TestRepartitionDropsTheOldWakeUpLists).
 		for _, k := range rawContent(t, r) {
 			if tag := partitionTagOf(k.key); tag != "" && !slices.Contains(newTags, tag) && !strings.HasPrefix(k.key, q.keys.wakePrefix(tag)) {
 				t.Errorf("key %s (%s, %d items) is not in a partition of %d: %v", k.key, k.typ, len(k.items), to, newTags)
@@ -130,4 +130,41 @@ func partitionTagOf(key string) string {
 		return ""
 	}
 	return key[:strings.IndexByte(key, '}')+1]
+}
+
+// A partition that Repartition empties and leaves out of the new count
+// keeps no key: its topics' wake-up lists, which hold tokens for the ready
+// jobs that no held pop took, go with the rest.
+func TestRepartitionDropsTheOldWakeUpLists(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		ctx := context.Background()
+		var oldTags []string
+		t.Run("ready jobs in 3 partitions", func(t *testing.T) {
+			q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 3 })
+			for _, p := range q.partitions {
+				oldTags = append(oldTags, p.tag)
+			}
+			for _, id := range idsPerPartition(t, q, "w-", 1) {
+				mustPush(t, q, Job{Topic: "woken", ID: id})
+			}
+		})
+		if t.Failed() {
+			t.FailNow()
+		}
+		rdb, err := redisconn.New(r.opts, testLogger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
+		if _, err := Repartition(ctx, rdb, opts, 2, testLogger(t)); err != nil {
+			t.Fatalf("repartition: %v", err)
+		}
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 2 })
+		for _, k := range rawContent(t, r) {
+			if tag := partitionTagOf(k.key); slices.Contains(oldTags, tag) && !slices.ContainsFunc(q.partitions, func(p *partition) bool { return p.tag == tag }) {
+				t.Errorf("key %s (%s of %d items) of a dropped partition is left", k.key, k.typ, len(k.items))
+			}
+		}
+	})
 }
