@@ -89,3 +89,75 @@ func TestCallbackValidation(t *testing.T) {
 		t.Errorf("valid callback refused: %v", err)
 	}
 }
+
+// A waiting webhook dispatcher is woken when a callback job becomes ready
+// on a partition (here a delayed one, moved by the scanner: on the
+// cluster, the partition's loop 0 waits on its own primary); one claim
+// takes the ready callback jobs of every partition; a job given back
+// (UnclaimCallback) is ready again with its attempt not counted; a
+// success finishes the job.
+func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		cb := &Callback{URL: "https://merchant.example/notify"}
+		ids := idsPerPartition(t, q, "hook-", 1)
+
+		woken := make(chan struct{})
+		go func() {
+			q.WaitCallbacks(ctx, 20*time.Second)
+			close(woken)
+		}()
+		waitFor(t, 5*time.Second, "the dispatcher waiting", q.waiters.hooksWanted)
+		if _, err := q.Push(ctx, Job{Topic: "pay", ID: ids[0], TTR: time.Minute, Delay: 200 * time.Millisecond, Callback: cb}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-woken:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiting dispatcher was not woken by a callback job made ready")
+		}
+		var first []CallbackDelivery
+		waitFor(t, 5*time.Second, "the delayed callback job claimed", func() bool {
+			var err error
+			first, err = q.ClaimCallbacks(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(first) > 0
+		})
+		if len(first) != 1 || first[0].ID != ids[0] || first[0].Attempts != 1 {
+			t.Fatalf("first claim = %+v", first)
+		}
+
+		for _, id := range ids[1:] {
+			if _, err := q.Push(ctx, Job{Topic: "pay", ID: id, TTR: time.Minute, Callback: cb, Body: "body of " + id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := q.ClaimCallbacks(ctx, 10)
+		if err != nil || len(got) != len(ids)-1 {
+			t.Fatalf("one claim of the jobs of %d partitions = %+v, %v", len(ids)-1, got, err)
+		}
+		back := got[0]
+		if ok, err := q.UnclaimCallback(ctx, back.ID, back.Attempts); err != nil || !ok {
+			t.Fatalf("unclaim %s = %v, %v", back.ID, ok, err)
+		}
+		if info, _ := q.Get(ctx, back.ID); info == nil || info.State != StateReady || info.Attempts != 0 {
+			t.Fatalf("after unclaim: %+v, want ready with no attempt counted", info)
+		}
+		again, err := q.ClaimCallbacks(ctx, 10)
+		if err != nil || len(again) != 1 || again[0].ID != back.ID || again[0].Attempts != 1 || again[0].Body != back.Body {
+			t.Fatalf("claim after unclaim = %+v, %v", again, err)
+		}
+		for _, id := range ids {
+			if err := q.CallbackSucceeded(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if topics, err := q.Topics(ctx); err != nil || len(topics) != 0 {
+			t.Fatalf("topics after every call succeeded: %v, %v", topics, err)
+		}
+		assertNoTraces(t, r, ids...)
+	})
+}

@@ -231,6 +231,9 @@ func TestDeadLetterCapAndDelete(t *testing.T) {
 		if info, _ := q.Get(ctx, "d0"); info != nil {
 			t.Fatalf("dropped dead letter still stored: %+v", info)
 		}
+		if dropped, total, err := q.DeadDropped(ctx); err != nil || total != 2 || fmt.Sprint(dropped) != "map[dl:2]" {
+			t.Fatalf("dead dropped = %v, %d, %v; want dl:2, 2 in all", dropped, total, err)
+		}
 		kicked, err := q.DeadKick(ctx, "dl", "", 1)
 		if err != nil || len(kicked) != 1 || kicked[0] != "d2" {
 			t.Fatalf("kick oldest = %v, %v", kicked, err)
@@ -321,6 +324,44 @@ func TestBatchJobsKeepTheirOwnFields(t *testing.T) {
 			if got[job.ID] != job.Body {
 				t.Errorf("%s: popped a body of %d bytes, want %d", job.ID, len(got[job.ID]), len(job.Body))
 			}
+		}
+	})
+}
+
+// A retry schedule on the real clock, on every backend: a release without
+// a delay makes the job due after the schedule's next wait (the last one
+// repeating), it is not delivered before, and the release of its last
+// attempt dead-letters it.
+func TestRetryScheduleOnTheRealClock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		const attempts = 3
+		mustPush(t, q, Job{Topic: "retry", ID: "r", TTR: time.Minute, Retry: []int{1}, MaxAttempts: attempts})
+		var due time.Time
+		for attempt := 1; attempt <= attempts; attempt++ {
+			d := mustPop(t, q, 5*time.Second, "retry")
+			if d == nil || d.ID != "r" || d.Attempts != attempt {
+				t.Fatalf("delivery %d = %+v", attempt, d)
+			}
+			if early := time.Until(due); early > 0 {
+				t.Fatalf("delivery %d came %v before its due time", attempt, early)
+			}
+			releasedAt := time.Now()
+			state, next, err := q.Release(ctx, "r", nil, attempt)
+			if attempt == attempts {
+				if err != nil || state != StateDead {
+					t.Fatalf("release of the last attempt = %s, %v", state, err)
+				}
+				break
+			}
+			if err != nil || state != StateDelay || next.Before(releasedAt.Add(time.Second-10*time.Millisecond)) || next.After(time.Now().Add(time.Second+10*time.Millisecond)) {
+				t.Fatalf("release %d = %s due %v, %v; released at %v with a wait of 1s", attempt, state, next, err, releasedAt)
+			}
+			due = next
+		}
+		if info, _ := q.Get(ctx, "r"); info == nil || info.State != StateDead || info.DeadReason != ReasonReleased || info.Attempts != attempts {
+			t.Fatalf("after the last attempt: %+v", info)
 		}
 	})
 }
