@@ -99,6 +99,14 @@ func TestPushPopFinish(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
+		// The probes reach every partition's server (on the cluster, each
+		// primary by the partition's key).
+		if err := q.Ping(ctx); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+		if err := q.Ready(ctx); err != nil {
+			t.Fatalf("ready: %v", err)
+		}
 		mustPush(t, q, Job{Topic: "order", ID: "o1", TTR: 60 * time.Second, Body: " keep  spaces "})
 
 		info, err := q.Get(ctx, "o1")
