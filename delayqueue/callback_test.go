@@ -5,13 +5,11 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestCallbackJobsGoToDispatchersOnly(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		cb := &Callback{URL: "https://merchant.example/notify", TimeoutSeconds: 5}
 		if _, err := q.Push(ctx, Job{Topic: "pay", ID: "cb1", Body: "paid", Callback: cb, Retry: []int{0}}); err != nil {
@@ -54,23 +52,24 @@ func TestCallbackJobsGoToDispatchersOnly(t *testing.T) {
 }
 
 func TestCallbackDefaultBackoff(t *testing.T) {
-	m := redistest.Mini(t)
-	q := newTestQueue(t, m.Addr())
-	ctx := context.Background()
-	if _, err := q.Push(ctx, Job{Topic: "pay", ID: "cb2", Callback: &Callback{URL: "http://example.com/"}}); err != nil {
-		t.Fatal(err)
-	}
-	info, _ := q.Get(ctx, "cb2")
-	if len(info.Retry) != len(DefaultCallbackRetry) {
-		t.Fatalf("retry = %v, want the default backoff", info.Retry)
-	}
-	got, _ := q.ClaimCallbacks(ctx, 1)
-	if len(got) != 1 {
-		t.Fatal("not claimed")
-	}
-	if state, err := q.CallbackFailed(ctx, "cb2", 1, 500, "", ""); err != nil || state != StateDelay {
-		t.Fatalf("after a failure: %s, %v (want a delay, not an immediate retry)", state, err)
-	}
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		if _, err := q.Push(ctx, Job{Topic: "pay", ID: "cb2", Callback: &Callback{URL: "http://example.com/"}}); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := q.Get(ctx, "cb2")
+		if len(info.Retry) != len(DefaultCallbackRetry) {
+			t.Fatalf("retry = %v, want the default backoff", info.Retry)
+		}
+		got, _ := q.ClaimCallbacks(ctx, 1)
+		if len(got) != 1 {
+			t.Fatal("not claimed")
+		}
+		if state, err := q.CallbackFailed(ctx, "cb2", 1, 500, "", ""); err != nil || state != StateDelay {
+			t.Fatalf("after a failure: %s, %v (want a delay, not an immediate retry)", state, err)
+		}
+	})
 }
 
 func TestCallbackValidation(t *testing.T) {
@@ -89,4 +88,76 @@ func TestCallbackValidation(t *testing.T) {
 	if err := (&Callback{URL: "https://x.example/a?b=c", Method: "PUT", Headers: map[string]string{"Authorization": "t"}, TimeoutSeconds: 300}).Validate(); err != nil {
 		t.Errorf("valid callback refused: %v", err)
 	}
+}
+
+// A waiting webhook dispatcher is woken when a callback job becomes ready
+// on a partition (here a delayed one, moved by the scanner: on the
+// cluster, the partition's loop 0 waits on its own primary); one claim
+// takes the ready callback jobs of every partition; a job given back
+// (UnclaimCallback) is ready again with its attempt not counted; a
+// success finishes the job.
+func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		cb := &Callback{URL: "https://merchant.example/notify"}
+		ids := idsPerPartition(t, q, "hook-", 1)
+
+		woken := make(chan struct{})
+		go func() {
+			q.WaitCallbacks(ctx, 20*time.Second)
+			close(woken)
+		}()
+		waitFor(t, 5*time.Second, "the dispatcher waiting", q.waiters.hooksWanted)
+		if _, err := q.Push(ctx, Job{Topic: "pay", ID: ids[0], TTR: time.Minute, Delay: 200 * time.Millisecond, Callback: cb}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-woken:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiting dispatcher was not woken by a callback job made ready")
+		}
+		var first []CallbackDelivery
+		waitFor(t, 5*time.Second, "the delayed callback job claimed", func() bool {
+			var err error
+			first, err = q.ClaimCallbacks(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(first) > 0
+		})
+		if len(first) != 1 || first[0].ID != ids[0] || first[0].Attempts != 1 {
+			t.Fatalf("first claim = %+v", first)
+		}
+
+		for _, id := range ids[1:] {
+			if _, err := q.Push(ctx, Job{Topic: "pay", ID: id, TTR: time.Minute, Callback: cb, Body: "body of " + id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := q.ClaimCallbacks(ctx, 10)
+		if err != nil || len(got) != len(ids)-1 {
+			t.Fatalf("one claim of the jobs of %d partitions = %+v, %v", len(ids)-1, got, err)
+		}
+		back := got[0]
+		if ok, err := q.UnclaimCallback(ctx, back.ID, back.Attempts); err != nil || !ok {
+			t.Fatalf("unclaim %s = %v, %v", back.ID, ok, err)
+		}
+		if info, _ := q.Get(ctx, back.ID); info == nil || info.State != StateReady || info.Attempts != 0 {
+			t.Fatalf("after unclaim: %+v, want ready with no attempt counted", info)
+		}
+		again, err := q.ClaimCallbacks(ctx, 10)
+		if err != nil || len(again) != 1 || again[0].ID != back.ID || again[0].Attempts != 1 || again[0].Body != back.Body {
+			t.Fatalf("claim after unclaim = %+v, %v", again, err)
+		}
+		for _, id := range ids {
+			if err := q.CallbackSucceeded(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if topics, err := q.Topics(ctx); err != nil || len(topics) != 0 {
+			t.Fatalf("topics after every call succeeded: %v, %v", topics, err)
+		}
+		assertNoTraces(t, r, ids...)
+	})
 }

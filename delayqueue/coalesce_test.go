@@ -268,8 +268,8 @@ func TestCoalescerErrorsAndCancellation(t *testing.T) {
 // goroutines at once, so that coalesced script calls replace a job created
 // earlier in the same call: the counters must still match the one job left.
 func TestConcurrentRePushesKeepCountersRight(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		var wg sync.WaitGroup
 		for i := 0; i < 60; i++ {
 			wg.Add(1)
@@ -307,8 +307,8 @@ func TestConcurrentRePushesKeepCountersRight(t *testing.T) {
 // push.lua call, as the coalescer may: the later one wins, with no stale
 // index entry delivering the job early or twice.
 func TestOneScriptCallPushingAnIDTwice(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		for _, tc := range []struct {
 			name          string
@@ -352,9 +352,9 @@ func TestOneScriptCallPushingAnIDTwice(t *testing.T) {
 // whatever their state, and an id given twice is removed once, as if the
 // calls ran one after the other.
 func TestOneScriptCallRemovingJobsInEveryState(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		// One partition, so that one call can hold every job.
-		q := newTestQueue(t, addr, func(o *Options) { o.BucketSize = 1 })
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 1 })
 		ctx := context.Background()
 		mustPush(t, q, Job{Topic: "t", ID: "delayed", TTR: time.Minute, Delay: time.Hour})
 		mustPush(t, q, Job{Topic: "t", ID: "reserved", TTR: time.Minute})
@@ -386,6 +386,6 @@ func TestOneScriptCallRemovingJobsInEveryState(t *testing.T) {
 		if stats, err := q.Stats(ctx, ""); err != nil || len(stats) != 0 {
 			t.Fatalf("stats after removing every job: %+v, %v", stats, err)
 		}
-		assertNoTraces(t, addr, "delayed", "reserved", "dead", "ready", "unknown", "t,", "u,")
+		assertNoTraces(t, r, "delayed", "reserved", "dead", "ready", "unknown", "t,", "u,")
 	})
 }

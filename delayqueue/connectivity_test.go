@@ -58,6 +58,9 @@ func connectivityLogger(t testing.TB) *slog.Logger {
 
 // The permissions docs/operations.md lists for the server's ACL user are
 // all the engine needs: every command and script of a job's life passes.
+// On one server: ACL users and TLS on every node of a cluster are the
+// routing's tests (internal/redisconn), and the shared cluster's nodes
+// are not reconfigured by tests.
 func TestQueueWithTheDocumentedACLUser(t *testing.T) {
 	srv := redistest.Start(t)
 	admin, err := redis.Dial("tcp", srv.Addr)

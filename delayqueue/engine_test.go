@@ -10,31 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
-
-// backend is one kind of Redis the engine tests run against.
-type backend struct {
-	name  string
-	start func(t *testing.T) string // returns the address
-}
-
-var backends = []backend{
-	{"miniredis", func(t *testing.T) string { return redistest.Mini(t).Addr() }},
-	{"redis", func(t *testing.T) string { return redistest.Start(t).Addr }},
-}
-
-// forEachBackend runs f against miniredis and against a real redis-server.
-func forEachBackend(t *testing.T, f func(t *testing.T, addr string)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			f(t, b.start(t))
-		})
-	}
-}
 
 type testLogWriter struct{ t testing.TB }
 
@@ -47,21 +25,16 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-func testRedisOptions(addr string) redisconn.Options {
-	return redisconn.Options{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
-		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
-}
-
-// newTestQueue builds a queue on addr, with the key check on, and runs it
+// newTestQueue builds a queue on r, with the key check on, and runs it
 // until the test ends.
-func newTestQueue(t *testing.T, addr string, mutate ...func(*Options)) *Queue {
+func newTestQueue(t *testing.T, r *testRedis, mutate ...func(*Options)) *Queue {
 	t.Helper()
 	opts := Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
 		BlockTimeout: 30 * time.Second}
 	for _, m := range mutate {
 		m(&opts)
 	}
-	return startQueue(t, testRedisOptions(addr), opts, testLogger(t))
+	return startQueue(t, r.opts, r.queueOptions(opts), testLogger(t))
 }
 
 // startQueue builds a queue reaching Redis through ro, with the key check
@@ -123,9 +96,17 @@ func mustPop(t *testing.T, q *Queue, hold time.Duration, topics ...string) *Deli
 }
 
 func TestPushPopFinish(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
+		// The probes reach every partition's server (on the cluster, each
+		// primary by the partition's key).
+		if err := q.Ping(ctx); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+		if err := q.Ready(ctx); err != nil {
+			t.Fatalf("ready: %v", err)
+		}
 		mustPush(t, q, Job{Topic: "order", ID: "o1", TTR: 60 * time.Second, Body: " keep  spaces "})
 
 		info, err := q.Get(ctx, "o1")
@@ -159,73 +140,13 @@ func TestPushPopFinish(t *testing.T) {
 		if err := q.Finish(ctx, "unknown"); err != nil {
 			t.Fatalf("finish unknown: %v", err)
 		}
-		assertNoTraces(t, addr, "order", "o1")
+		assertNoTraces(t, r, "order", "o1")
 	})
 }
 
-// assertNoTraces checks that nothing in Redis names any of needles (a
-// topic, a job id) any more: no key, hash field or value, set or sorted-set
-// member, or list element.
-func assertNoTraces(t *testing.T, addr string, needles ...string) {
-	t.Helper()
-	c, err := testRedisOptions(addr).Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if found := traces(t, c, needles...); len(found) > 0 {
-		t.Fatalf("still in Redis:\n%s", strings.Join(found, "\n"))
-	}
-}
-
-// traces lists what in the connection's database names one of needles.
-func traces(t *testing.T, c redis.Conn, needles ...string) []string {
-	t.Helper()
-	keys, err := redis.Strings(c.Do("KEYS", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []string
-	names := func(s string) bool {
-		for _, n := range needles {
-			if strings.Contains(s, n) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, k := range keys {
-		if names(k) {
-			found = append(found, "key "+k)
-			continue
-		}
-		typ, _ := redis.String(c.Do("TYPE", k))
-		var items []string
-		switch typ {
-		case "hash":
-			items, _ = redis.Strings(c.Do("HGETALL", k))
-		case "zset":
-			items, _ = redis.Strings(c.Do("ZRANGE", k, 0, -1))
-		case "set":
-			items, _ = redis.Strings(c.Do("SMEMBERS", k))
-		case "list":
-			items, _ = redis.Strings(c.Do("LRANGE", k, 0, -1))
-		case "string":
-			v, _ := redis.String(c.Do("GET", k))
-			items = []string{v}
-		}
-		for _, item := range items {
-			if names(item) {
-				found = append(found, fmt.Sprintf("%s %s: %q", typ, k, item))
-			}
-		}
-	}
-	return found
-}
-
 func TestBodiesRoundTrip(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		binary := make([]byte, 300)
 		for i := range binary {
 			binary[i] = byte(i)
@@ -250,8 +171,8 @@ func TestBodiesRoundTrip(t *testing.T) {
 }
 
 func TestDelayedJobIsNeverEarly(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		start := time.Now()
 		mustPush(t, q, Job{Topic: "later", ID: "d1", Delay: 400 * time.Millisecond})
 		d := mustPop(t, q, 5*time.Second, "later")
@@ -269,8 +190,8 @@ func TestDelayedJobIsNeverEarly(t *testing.T) {
 }
 
 func TestTopicsInListOrder(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		mustPush(t, q, Job{Topic: "b", ID: "jb"})
 		mustPush(t, q, Job{Topic: "a", ID: "ja"})
 		for _, want := range []string{"ja", "jb"} {
@@ -283,8 +204,8 @@ func TestTopicsInListOrder(t *testing.T) {
 }
 
 func TestTTRRedelivery(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		mustPush(t, q, Job{Topic: "slow", ID: "s1", TTR: time.Second})
 		// The lease starts at the claim, after this instant: the redelivery
 		// can't come less than the ttr after it.
@@ -304,9 +225,9 @@ func TestTTRRedelivery(t *testing.T) {
 }
 
 func TestRePushReplaces(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
-		q := newTestQueue(t, addr)
+		q := newTestQueue(t, r)
 
 		// Ready, then re-pushed far in the future: the ready entry must not deliver.
 		mustPush(t, q, Job{Topic: "t", ID: "r1", Body: "old"})
@@ -346,9 +267,9 @@ func TestRePushReplaces(t *testing.T) {
 }
 
 func TestDeleteInEveryState(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
-		q := newTestQueue(t, addr)
+		q := newTestQueue(t, r)
 		mustPush(t, q, Job{Topic: "del", ID: "delayed", Delay: time.Hour})
 		mustPush(t, q, Job{Topic: "del", ID: "reserved"})
 		if d := mustPop(t, q, time.Second, "del"); d == nil || d.ID != "reserved" {
@@ -370,8 +291,8 @@ func TestDeleteInEveryState(t *testing.T) {
 }
 
 func TestHeldPopsGetDistinctJobs(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		const n = 40
 		var wg sync.WaitGroup
 		got := make(chan string, n)
@@ -409,8 +330,8 @@ func TestHeldPopsGetDistinctJobs(t *testing.T) {
 }
 
 func TestGoneConsumerLosesNothing(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -433,8 +354,8 @@ func TestGoneConsumerLosesNothing(t *testing.T) {
 }
 
 func TestStopWaitingAnswersHeldPops(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		errs := make(chan error, 5)
 		for i := 0; i < 5; i++ {
 			go func() {
@@ -461,9 +382,9 @@ func TestStopWaitingAnswersHeldPops(t *testing.T) {
 }
 
 func TestTwoQueuesNoDuplicates(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		qa := newTestQueue(t, addr)
-		qb := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		qa := newTestQueue(t, r)
+		qb := newTestQueue(t, r)
 		const n = 400
 		for i := 0; i < n; i++ {
 			q := qa
@@ -514,8 +435,8 @@ func TestTwoQueuesNoDuplicates(t *testing.T) {
 }
 
 func TestBurstIsMovedInBatches(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr, func(o *Options) { o.MoveBatch = 100 })
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r, func(o *Options) { o.MoveBatch = 100 })
 		const n = 3000
 		for i := 0; i < n; i++ {
 			mustPush(t, q, Job{Topic: "burst", ID: fmt.Sprintf("b%d", i), Delay: 500 * time.Millisecond})
@@ -551,9 +472,12 @@ func TestInvalidJobs(t *testing.T) {
 	}
 }
 
+// TestRedisDownIsUnavailable stops the one Redis and starts it again: on a
+// server of its own only (every test shares the cluster, so none may stop
+// its nodes; a primary's failover is for the process tests).
 func TestRedisDownIsUnavailable(t *testing.T) {
 	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
-	q := newTestQueue(t, srv.Addr)
+	q := newTestQueue(t, onServer(srv.Addr))
 	mustPush(t, q, Job{Topic: "survive", ID: "s1", Delay: 300 * time.Millisecond})
 	srv.Stop()
 	_, err := q.Push(context.Background(), Job{Topic: "survive", ID: "s2", TTR: time.Second})
@@ -585,28 +509,31 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
+// On a cluster WAIT goes to the primary that took the change; the shared
+// cluster has no replicas. (miniredis has no WAIT.)
 func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
-	srv := redistest.Start(t)
-	q := newTestQueue(t, srv.Addr, func(o *Options) {
-		o.WaitReplicas = 1
-		o.WaitTimeout = 50 * time.Millisecond
+	forEachRealBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r, func(o *Options) {
+			o.WaitReplicas = 1
+			o.WaitTimeout = 50 * time.Millisecond
+		})
+		// No replica is attached: the push is made but cannot be acknowledged.
+		_, err := q.Push(context.Background(), Job{Topic: "w", ID: "w1", TTR: time.Second})
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("push without a replica: %v, want ErrNotReplicated", err)
+		}
 	})
-	// No replica is attached: the push is made but cannot be acknowledged.
-	_, err := q.Push(context.Background(), Job{Topic: "w", ID: "w1", TTR: time.Second})
-	if !errors.Is(err, ErrNotReplicated) {
-		t.Fatalf("push without a replica: %v, want ErrNotReplicated", err)
-	}
 }
 
 func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		rdb, err := redisconn.New(testRedisOptions(addr), nil, nil)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		rdb, err := redisconn.New(r.opts, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
-		q, err := New(rdb, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
-			ScanInterval: 30 * time.Second, CheckKeys: true}, testLogger(t))
+		q, err := New(rdb, r.queueOptions(Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
+			ScanInterval: 30 * time.Second, CheckKeys: true, Cluster: rdb.Cluster()}), testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -646,8 +573,8 @@ func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 // Held pops get jobs first come, first served, also when several jobs
 // become ready at once and one dispatch round serves several waiters.
 func TestHeldPopsServedInArrivalOrder(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		waiting := func() int {
 			q.waiters.mu.Lock()
@@ -704,4 +631,33 @@ func TestHeldPopsServedInArrivalOrder(t *testing.T) {
 			served[id] = true
 		}
 	})
+}
+
+// A held Pop that lists a topic twice leaves no waiter behind once it is
+// served: the topic's next job goes to the next Pop, at once, with its
+// first attempt. (The waiters are the process's: one backend will do.)
+func TestHeldPopWithARepeatedTopicLeavesNoWaiter(t *testing.T) {
+	q := newTestQueue(t, miniBackend.start(t))
+	ctx := context.Background()
+	held := make(chan *Delivery, 1)
+	go func() {
+		d, err := q.Pop(ctx, []string{"dup", "dup"}, 10*time.Second)
+		if err != nil {
+			t.Errorf("held pop: %v", err)
+		}
+		held <- d
+	}()
+	waitFor(t, 5*time.Second, "the held pop registered", func() bool { return q.waiters.anyWaiting([]string{"dup"}) })
+	mustPush(t, q, Job{Topic: "dup", ID: "first"})
+	if d := <-held; d == nil || d.ID != "first" {
+		t.Fatalf("held pop = %+v, want job first", d)
+	}
+	if q.waiters.anyWaiting([]string{"dup"}) {
+		t.Errorf("a waiter of topic dup is still registered after its only Pop returned")
+	}
+	mustPush(t, q, Job{Topic: "dup", ID: "second"})
+	if d := mustPop(t, q, 2*time.Second, "dup"); d == nil || d.ID != "second" || d.Attempts != 1 {
+		info, _ := q.Get(ctx, "second")
+		t.Fatalf("pop after the held pop = %+v, want job second, attempt 1; the job is %s, attempt %d", d, info.State, info.Attempts)
+	}
 }

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // v1Fixture is testdata/layout-v1.json: the keys this server's layout
@@ -29,10 +27,10 @@ type v1Fixture struct {
 	} `json:"keys"`
 }
 
-// loadV1Fixture writes the fixture into db 1 at addr, its times moved by
-// as much as has passed since it was captured, so that the jobs are due
-// as they were then.
-func loadV1Fixture(t *testing.T, addr string) {
+// loadV1Fixture writes the fixture into db 1 of r's server, its times
+// moved by as much as has passed since it was captured, so that the jobs
+// are due as they were then.
+func loadV1Fixture(t *testing.T, r *testRedis) {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/layout-v1.json")
 	if err != nil {
@@ -50,10 +48,7 @@ func loadV1Fixture(t *testing.T, addr string) {
 		}
 		return strconv.FormatInt(n+shift, 10)
 	}
-	c, err := testRedisOptions(addr).Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := r.dialPrimary(t, r.opts.Addr)
 	defer c.Close()
 	for _, k := range f.Keys {
 		args := []any{k.Key}
@@ -92,11 +87,13 @@ func loadV1Fixture(t *testing.T, addr string) {
 }
 
 // Jobs of the layout before partitions are moved into partitions at
-// start-up, each in its state, and nothing of the old layout stays.
+// start-up, each in its state, and nothing of the old layout stays. Not on
+// a cluster: that layout never ran on one, and Run does not look for it
+// there.
 func TestMigrateV1Layout(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		loadV1Fixture(t, addr)
-		q := newTestQueue(t, addr)
+	forEachStandaloneBackend(t, func(t *testing.T, r *testRedis) {
+		loadV1Fixture(t, r)
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		for _, want := range []struct {
 			id, topic, state, body string
@@ -166,13 +163,7 @@ func TestMigrateV1Layout(t *testing.T) {
 		if !got["v1-ready-2"] || !got["v1-reserved"] {
 			t.Errorf("popped %v, want v1-ready-2 and v1-reserved", got)
 		}
-		c, err := testRedisOptions(addr).Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		keys, _ := redis.Strings(c.Do("KEYS", "*"))
-		for _, k := range keys {
+		for _, k := range r.rawKeys(t)[r.opts.Addr] {
 			if !strings.HasPrefix(k, "{") && k != "dq_layout" {
 				t.Errorf("old key %s left behind", k)
 			}

@@ -82,12 +82,11 @@ func TestDecodeLegacyJob(t *testing.T) {
 	}
 }
 
+// The original server's data is imported at start-up. Not on a cluster:
+// the original never ran on one, and Run does not look for its keys there.
 func TestImportLegacy(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		c, err := testRedisOptions(addr).Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
+	forEachStandaloneBackend(t, func(t *testing.T, r *testRedis) {
+		c := r.dialPrimary(t, r.opts.Addr)
 		defer c.Close()
 		now := time.Now().Unix()
 		// What the original server leaves behind: raw-id keys of msgpack, bucket
@@ -108,6 +107,7 @@ func TestImportLegacy(t *testing.T) {
 			if _, err := c.Do("SET", f.id, raw); err != nil {
 				t.Fatal(err)
 			}
+			var err error
 			if f.bucket > 0 {
 				_, err = c.Do("ZADD", fmt.Sprintf("dq_bucket_%d", f.bucket), f.at, f.id)
 			} else {
@@ -124,7 +124,7 @@ func TestImportLegacy(t *testing.T) {
 		c.Do("ZADD", "dq_bucket_3", now, "L-corrupt")
 
 		// Run imports them before it serves.
-		q := newTestQueue(t, addr)
+		q := newTestQueue(t, r)
 		if n, err := q.importV0(context.Background()); err != nil || n != 0 {
 			t.Fatalf("second import = %d, %v; want 0", n, err)
 		}

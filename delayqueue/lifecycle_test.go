@@ -13,12 +13,13 @@ import (
 
 // TestNotificationSchedule runs the seed's Alipay-style schedule on a fake
 // clock: deliveries at 0, 2m, 10m, 10m, 1h, 2h, 6h and 15h after each failed
-// delivery ends, then the dead letters.
+// delivery ends, then the dead letters. On miniredis only: the test moves
+// its clock.
 func TestNotificationSchedule(t *testing.T) {
 	m := redistest.Mini(t)
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(clock)
-	q := newTestQueue(t, m.Addr(), func(o *Options) { o.ScanInterval = 5 * time.Millisecond })
+	q := newTestQueue(t, onServer(m.Addr()), func(o *Options) { o.ScanInterval = 5 * time.Millisecond })
 	ctx := context.Background()
 	retry := []int{120, 600, 600, 3600, 7200, 21600, 54000}
 	const ttr = 30 * time.Second
@@ -85,11 +86,13 @@ func TestNotificationSchedule(t *testing.T) {
 	}
 }
 
+// TestMaxAttemptsLongerThanSchedule runs on miniredis only: it moves the
+// clock.
 func TestMaxAttemptsLongerThanSchedule(t *testing.T) {
 	m := redistest.Mini(t)
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(clock)
-	q := newTestQueue(t, m.Addr(), func(o *Options) { o.ScanInterval = 5 * time.Millisecond })
+	q := newTestQueue(t, onServer(m.Addr()), func(o *Options) { o.ScanInterval = 5 * time.Millisecond })
 	ctx := context.Background()
 	if _, err := q.Push(ctx, Job{Topic: "t", ID: "j", TTR: time.Second, Retry: []int{10, 20}, MaxAttempts: 4}); err != nil {
 		t.Fatal(err)
@@ -119,8 +122,8 @@ func TestMaxAttemptsLongerThanSchedule(t *testing.T) {
 }
 
 func TestReleaseTouchTransitions(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		mustPush(t, q, Job{Topic: "rt", ID: "delayed", Delay: time.Hour})
 		mustPush(t, q, Job{Topic: "rt", ID: "held", TTR: 2 * time.Second})
@@ -161,8 +164,8 @@ func TestReleaseTouchTransitions(t *testing.T) {
 }
 
 func TestPushIfAbsentAndBatches(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		res, err := q.PushBatch(ctx, []Job{
 			{Topic: "b", ID: "1", TTR: time.Minute, Body: "one"},
@@ -172,9 +175,9 @@ func TestPushIfAbsentAndBatches(t *testing.T) {
 		if err != nil || len(res) != 3 || res[0].Status != PushCreated {
 			t.Fatalf("batch = %+v, %v", res, err)
 		}
-		r, err := q.Push(ctx, Job{Topic: "b", ID: "1", TTR: time.Minute, Body: "changed", IfAbsent: true})
-		if err != nil || r.Status != PushExists {
-			t.Fatalf("if_absent push = %+v, %v", r, err)
+		pushed, err := q.Push(ctx, Job{Topic: "b", ID: "1", TTR: time.Minute, Body: "changed", IfAbsent: true})
+		if err != nil || pushed.Status != PushExists {
+			t.Fatalf("if_absent push = %+v, %v", pushed, err)
 		}
 		if _, err := q.PushBatch(ctx, []Job{{Topic: "b", ID: "4", TTR: time.Minute}, {Topic: "b", ID: "4", TTR: time.Minute}}); !errors.Is(err, ErrInvalidJob) {
 			t.Fatalf("batch with a repeated id: %v", err)
@@ -206,9 +209,9 @@ func TestPushIfAbsentAndBatches(t *testing.T) {
 }
 
 func TestDeadLetterCapAndDelete(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		// The cap is shared out over the partitions: with one, it is exact.
-		q := newTestQueue(t, addr, func(o *Options) { o.DeadMaxPerTopic = 3; o.BucketSize = 1 })
+		q := newTestQueue(t, r, func(o *Options) { o.DeadMaxPerTopic = 3; o.BucketSize = 1 })
 		ctx := context.Background()
 		for i := 0; i < 5; i++ {
 			id := fmt.Sprintf("d%d", i)
@@ -227,6 +230,9 @@ func TestDeadLetterCapAndDelete(t *testing.T) {
 		}
 		if info, _ := q.Get(ctx, "d0"); info != nil {
 			t.Fatalf("dropped dead letter still stored: %+v", info)
+		}
+		if dropped, total, err := q.DeadDropped(ctx); err != nil || total != 2 || fmt.Sprint(dropped) != "map[dl:2]" {
+			t.Fatalf("dead dropped = %v, %d, %v; want dl:2, 2 in all", dropped, total, err)
 		}
 		kicked, err := q.DeadKick(ctx, "dl", "", 1)
 		if err != nil || len(kicked) != 1 || kicked[0] != "d2" {
@@ -254,8 +260,8 @@ func scanAll(t *testing.T, q *Queue) {
 }
 
 func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		for i, delay := range []time.Duration{90 * time.Second, 100 * time.Second, 270 * time.Second, 2 * time.Hour} {
 			mustPush(t, q, Job{Topic: "u", ID: fmt.Sprint(i), Delay: delay})
 		}
@@ -276,8 +282,8 @@ func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
 // only its own optional fields, and bodies of every size must come back
 // byte for byte.
 func TestBatchJobsKeepTheirOwnFields(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		q := newTestQueue(t, addr)
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
 		ctx := context.Background()
 		bodies := []string{"", "x", strings.Repeat("a", 64), strings.Repeat("b", 65), strings.Repeat("c", 128),
 			strings.Repeat("d", 129), strings.Repeat("é", 200), strings.Repeat("f", 64*100+1)}
@@ -318,6 +324,44 @@ func TestBatchJobsKeepTheirOwnFields(t *testing.T) {
 			if got[job.ID] != job.Body {
 				t.Errorf("%s: popped a body of %d bytes, want %d", job.ID, len(got[job.ID]), len(job.Body))
 			}
+		}
+	})
+}
+
+// A retry schedule on the real clock, on every backend: a release without
+// a delay makes the job due after the schedule's next wait (the last one
+// repeating), it is not delivered before, and the release of its last
+// attempt dead-letters it.
+func TestRetryScheduleOnTheRealClock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		const attempts = 3
+		mustPush(t, q, Job{Topic: "retry", ID: "r", TTR: time.Minute, Retry: []int{1}, MaxAttempts: attempts})
+		var due time.Time
+		for attempt := 1; attempt <= attempts; attempt++ {
+			d := mustPop(t, q, 5*time.Second, "retry")
+			if d == nil || d.ID != "r" || d.Attempts != attempt {
+				t.Fatalf("delivery %d = %+v", attempt, d)
+			}
+			if early := time.Until(due); early > 0 {
+				t.Fatalf("delivery %d came %v before its due time", attempt, early)
+			}
+			releasedAt := time.Now()
+			state, next, err := q.Release(ctx, "r", nil, attempt)
+			if attempt == attempts {
+				if err != nil || state != StateDead {
+					t.Fatalf("release of the last attempt = %s, %v", state, err)
+				}
+				break
+			}
+			if err != nil || state != StateDelay || next.Before(releasedAt.Add(time.Second-10*time.Millisecond)) || next.After(time.Now().Add(time.Second+10*time.Millisecond)) {
+				t.Fatalf("release %d = %s due %v, %v; released at %v with a wait of 1s", attempt, state, next, err, releasedAt)
+			}
+			due = next
+		}
+		if info, _ := q.Get(ctx, "r"); info == nil || info.State != StateDead || info.DeadReason != ReasonReleased || info.Attempts != attempts {
+			t.Fatalf("after the last attempt: %+v", info)
 		}
 	})
 }

@@ -197,7 +197,8 @@ func TestLoopStaleness(t *testing.T) {
 // The scanner's script refused by Redis (an ACL user denied ZRANGEBYSCORE,
 // which movedue.lua uses to find the due topics) shows at error level, naming the
 // loop and the script, and in the loop error count, within seconds; pushes
-// of delayed jobs still work.
+// of delayed jobs still work. On one server, with an ACL user of its own
+// (the shared cluster's nodes are not reconfigured by tests).
 func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 	srv := redistest.Start(t)
 	admin, err := redis.Dial("tcp", srv.Addr)

@@ -41,9 +41,9 @@ func (r *recordingObserver) JobDelivered(t string, attempts int) {
 }
 
 func TestObserverSeesEveryEvent(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		obs := &recordingObserver{counts: map[string]int{}}
-		q := newTestQueue(t, addr, func(o *Options) { o.Observer = obs })
+		q := newTestQueue(t, r, func(o *Options) { o.Observer = obs })
 		ctx := context.Background()
 		mustPush(t, q, Job{Topic: "o", ID: "a"})
 		mustPush(t, q, Job{Topic: "o", ID: "b", Delay: time.Hour})
@@ -72,8 +72,10 @@ func TestObserverSeesEveryEvent(t *testing.T) {
 	})
 }
 
+// TestMaxHeldPops runs on miniredis only: the limit is the process's, Redis
+// takes no part in it.
 func TestMaxHeldPops(t *testing.T) {
-	q := newTestQueue(t, backends[0].start(t), func(o *Options) { o.MaxHeldPops = 1 })
+	q := newTestQueue(t, miniBackend.start(t), func(o *Options) { o.MaxHeldPops = 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go q.Pop(ctx, []string{"idle"}, 10*time.Second)

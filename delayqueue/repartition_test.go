@@ -2,184 +2,168 @@ package delayqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
-// repartitionFixture pushes jobs in every state through a queue of from
-// partitions, and returns their ids by state.
-func repartitionFixture(t *testing.T, q *Queue) map[string][]string {
-	t.Helper()
-	ctx := context.Background()
-	ids := map[string][]string{}
-	for i := 0; i < 20; i++ {
-		id := fmt.Sprintf("delayed-%d", i)
-		mustPush(t, q, Job{Topic: "rp", ID: id, Delay: time.Hour, Body: "d" + id})
-		ids[StateDelay] = append(ids[StateDelay], id)
-	}
-	for i := 0; i < 10; i++ {
-		id := fmt.Sprintf("reserved-%d", i)
-		mustPush(t, q, Job{Topic: "rp-held", ID: id, TTR: time.Hour, Body: "r" + id})
-		if d := mustPop(t, q, time.Second, "rp-held"); d == nil {
-			t.Fatalf("pop %s: nothing", id)
-		}
-		ids[StateReserved] = append(ids[StateReserved], id)
-	}
-	for i := 0; i < 10; i++ {
-		id := fmt.Sprintf("dead-%d", i)
-		mustPush(t, q, Job{Topic: "rp-dead", ID: id, MaxAttempts: 1, Body: "x" + id})
-		d := mustPop(t, q, time.Second, "rp-dead")
-		if d == nil {
-			t.Fatalf("pop %s: nothing", id)
-		}
-		if state, _, err := q.Release(ctx, d.ID, nil, 0); err != nil || state != StateDead {
-			t.Fatalf("release %s = %s, %v", d.ID, state, err)
-		}
-		ids[StateDead] = append(ids[StateDead], d.ID)
-	}
-	for i := 0; i < 20; i++ {
-		id := fmt.Sprintf("ready-%d", i)
-		mustPush(t, q, Job{Topic: "rp", ID: id, Body: "y" + id})
-		ids[StateReady] = append(ids[StateReady], id)
-	}
-	return ids
-}
-
-// checkRepartitioned checks every fixture job is in its state, once, on a
-// queue of the new count, and that the ready ones pop.
-func checkRepartitioned(t *testing.T, q *Queue, ids map[string][]string) {
-	t.Helper()
-	ctx := context.Background()
-	for state, list := range ids {
-		for _, id := range list {
-			info, err := q.Get(ctx, id)
-			if err != nil || info == nil || info.State != state {
-				t.Fatalf("after the move, %s = %+v, %v; want it %s", id, info, err, state)
-			}
-		}
-	}
-	stats, err := q.Stats(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]TopicStats{
-		"rp":      {Delay: 20, Ready: 20},
-		"rp-held": {Reserved: 10},
-		"rp-dead": {Dead: 10},
-	}
-	if fmt.Sprint(stats) != fmt.Sprint(want) {
-		t.Fatalf("stats after the move %v, want %v", stats, want)
-	}
-	popped := map[string]bool{}
-	for range 20 {
-		d := mustPop(t, q, time.Second, "rp")
-		if d == nil {
-			break
-		}
-		if popped[d.ID] || d.Body != "y"+d.ID {
-			t.Fatalf("popped %+v (twice, or with another body)", d)
-		}
-		popped[d.ID] = true
-	}
-	if len(popped) != 20 {
-		t.Fatalf("popped %d ready jobs after the move, want 20", len(popped))
-	}
-}
-
-// Changing the partition count: the servers refuse a count that differs
-// from the data's; Repartition moves every job to its new partition in
-// its state; a run cut short between the copy and the removal leaves a job
-// in two partitions, and the next run resolves it.
-func TestRepartition(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
+// Repartition moves every job, offline, to its partition of the new count,
+// in the state it had, and leaves nothing in the partitions of the old
+// count: on a cluster they move between slots of different primaries.
+func TestRepartitionMovesEveryJob(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
-		opts := Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second, CheckKeys: true}
-		q3 := newTestQueue(t, addr)
-		ids := repartitionFixture(t, q3)
+		const from, to = 3, 5
+		var ready, delayed, reserved, dead []string
+		// A queue of the old count, stopped when the subtest ends.
+		t.Run(fmt.Sprint("jobs in ", from, " partitions"), func(t *testing.T) {
+			q := newTestQueue(t, r, func(o *Options) { o.BucketSize = from })
+			for i := range 12 {
+				id := fmt.Sprint("ready-", i, ".")
+				mustPush(t, q, Job{Topic: "moved", ID: id, Body: "body of " + id})
+				ready = append(ready, id)
+			}
+			for i := range 6 {
+				id := fmt.Sprint("delayed-", i, ".")
+				mustPush(t, q, Job{Topic: "moved", ID: id, Delay: time.Hour, Body: strings.Repeat("long ", 40)})
+				delayed = append(delayed, id)
+			}
+			for i := range 4 {
+				id := fmt.Sprint("reserved-", i, ".")
+				mustPush(t, q, Job{Topic: "held", ID: id, TTR: time.Hour})
+				if d := mustPop(t, q, time.Second, "held"); d == nil || d.ID != id {
+					t.Fatalf("pop = %+v, want %s", d, id)
+				}
+				reserved = append(reserved, id)
+			}
+			for i := range 3 {
+				id := fmt.Sprint("dead-", i, ".")
+				mustPush(t, q, Job{Topic: "gone", ID: id, MaxAttempts: 1})
+				if d := mustPop(t, q, time.Second, "gone"); d == nil || d.ID != id {
+					t.Fatalf("pop = %+v, want %s", d, id)
+				}
+				if state, _, err := q.Release(ctx, id, nil, 1); err != nil || state != StateDead {
+					t.Fatalf("release %s = %s, %v", id, state, err)
+				}
+				dead = append(dead, id)
+			}
+		})
+		if t.Failed() {
+			t.FailNow()
+		}
 
-		rdb, err := redisconn.New(testRedisOptions(addr), nil, nil)
+		rdb, err := redisconn.New(r.opts, testLogger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
-		if n, err := ResolvePartitions(ctx, rdb, "dq_", 0, 7); err != nil || n != 3 {
-			t.Fatalf("unset bucket_size resolved to %d, %v; want the recorded 3", n, err)
+		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
+		moved, err := Repartition(ctx, rdb, opts, to, testLogger(t))
+		if err != nil {
+			t.Fatalf("repartition: %v", err)
 		}
-		if _, err := ResolvePartitions(ctx, rdb, "dq_", 5, 3); !errors.Is(err, ErrLayout) {
-			t.Fatalf("bucket_size 5 on data of 3 partitions: %v, want ErrLayout", err)
+		total := len(ready) + len(delayed) + len(reserved) + len(dead)
+		if moved == 0 || moved > total {
+			t.Fatalf("repartition moved %d jobs of %d", moved, total)
+		}
+		if l, found, err := ReadLayout(ctx, rdb, opts.KeyPrefix); err != nil || !found || l.Partitions != to || l.MovingTo != 0 {
+			t.Fatalf("layout after the move = %+v, %v, %v", l, found, err)
 		}
 
-		// A first run cut short: one job copied into its new partition,
-		// but not removed from its old one.
-		to5 := opts
-		to5.BucketSize = 5
-		from3 := opts
-		from3.BucketSize = 3
-		to, err := New(rdb, to5, testLogger(t))
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = to })
+		var newTags []string
+		for _, p := range q.partitions {
+			newTags = append(newTags, p.tag)
+		}
+		// Of the old partitions, not one of their keys is left (the wake-up
+		// lists aside: TestRepartitionDropsTheOldWakeUpLists).
+		for _, k := range rawContent(t, r) {
+			if tag := partitionTagOf(k.key); tag != "" && !slices.Contains(newTags, tag) && !strings.HasPrefix(k.key, q.keys.wakePrefix(tag)) {
+				t.Errorf("key %s (%s, %d items) is not in a partition of %d: %v", k.key, k.typ, len(k.items), to, newTags)
+			}
+		}
+		for state, ids := range map[string][]string{StateReady: ready, StateDelay: delayed, StateReserved: reserved, StateDead: dead} {
+			for _, id := range ids {
+				info, err := q.Get(ctx, id)
+				if err != nil || info == nil || info.State != state {
+					t.Fatalf("%s after the move: %+v, %v; want it %s", id, info, err, state)
+				}
+			}
+		}
+		stats, err := q.Stats(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		from, err := New(rdb, from3, testLogger(t))
+		want := map[string]TopicStats{"moved": {Ready: int64(len(ready)), Delay: int64(len(delayed))}, "held": {Reserved: int64(len(reserved))}, "gone": {Dead: int64(len(dead))}}
+		if fmt.Sprint(stats) != fmt.Sprint(want) {
+			t.Fatalf("stats after the move = %v, want %v", stats, want)
+		}
+		got := map[string]bool{}
+		for len(got) < len(ready) {
+			d := mustPop(t, q, time.Second, "moved")
+			if d == nil || got[d.ID] || d.Body != "body of "+d.ID {
+				t.Fatalf("pop after %d of %d ready jobs = %+v", len(got), len(ready), d)
+			}
+			got[d.ID] = true
+		}
+		if d := mustPop(t, q, 0, "moved"); d != nil {
+			t.Fatalf("pop = %+v, want nothing: the rest is delayed", d)
+		}
+		list, n, err := q.DeadList(ctx, "gone", 0, 10)
+		if err != nil || n != len(dead) || len(list) != len(dead) {
+			t.Fatalf("dead list after the move = %+v, %d, %v", list, n, err)
+		}
+		if info, _ := q.Get(ctx, delayed[0]); info.Body != strings.Repeat("long ", 40) {
+			t.Fatalf("a long body after the move: %q", info.Body)
+		}
+	})
+}
+
+// partitionTagOf is the hash tag a partition's key starts with, braces
+// included, or "" for another key.
+func partitionTagOf(key string) string {
+	if !strings.HasPrefix(key, "{") {
+		return ""
+	}
+	return key[:strings.IndexByte(key, '}')+1]
+}
+
+// A partition that Repartition empties and leaves out of the new count
+// keeps no key: its topics' wake-up lists, which hold tokens for the ready
+// jobs that no held pop took, go with the rest.
+func TestRepartitionDropsTheOldWakeUpLists(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		ctx := context.Background()
+		var oldTags []string
+		t.Run("ready jobs in 3 partitions", func(t *testing.T) {
+			q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 3 })
+			for _, p := range q.partitions {
+				oldTags = append(oldTags, p.tag)
+			}
+			for _, id := range idsPerPartition(t, q, "w-", 1) {
+				mustPush(t, q, Job{Topic: "woken", ID: id})
+			}
+		})
+		if t.Failed() {
+			t.FailNow()
+		}
+		rdb, err := redisconn.New(r.opts, testLogger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var copied string
-		for _, id := range ids[StateDelay] {
-			if src, dst := from.partitionOf(id), to.partitionOf(id); src.tag != dst.tag {
-				copied = id
-				if err := rdb.Do(ctx, from.keys.layout(), func(c redis.Conn) error {
-					_, err := c.Do("HSET", from.keys.layout(), "moving_to", 5)
-					return err
-				}); err != nil {
-					t.Fatal(err)
-				}
-				if got, err := copyJobs(ctx, from, to, src, dst, []string{id}); err != nil || len(got) != 1 {
-					t.Fatalf("copy %s: %v, %v", id, got, err)
-				}
-				break
-			}
+		defer rdb.Close()
+		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
+		if _, err := Repartition(ctx, rdb, opts, 2, testLogger(t)); err != nil {
+			t.Fatalf("repartition: %v", err)
 		}
-		if copied == "" {
-			t.Fatal("no job changes partition from 3 to 5: the fixture tests nothing")
-		}
-		if _, err := ResolvePartitions(ctx, rdb, "dq_", 0, 3); !errors.Is(err, ErrLayout) {
-			t.Fatalf("start during an interrupted move: %v, want ErrLayout", err)
-		}
-
-		moved, err := Repartition(ctx, rdb, opts, 5, testLogger(t))
-		if err != nil || moved == 0 {
-			t.Fatalf("repartition = %d, %v", moved, err)
-		}
-		if l, found, err := ReadLayout(ctx, rdb, "dq_"); err != nil || !found || l.Partitions != 5 || l.MovingTo != 0 {
-			t.Fatalf("layout after the move %+v, %v, %v", l, found, err)
-		}
-		q5 := newTestQueue(t, addr, func(o *Options) { o.BucketSize = 5 })
-		checkRepartitioned(t, q5, ids)
-		// Nothing is left in a partition of the old count.
-		newTags := map[string]bool{}
-		for _, p := range to.partitions {
-			newTags[p.tag] = true
-		}
-		for _, p := range from.partitions {
-			if newTags[p.tag] {
-				continue
-			}
-			for _, k := range p.keys {
-				var n int
-				err := rdb.Do(ctx, p.key(), func(c redis.Conn) error {
-					var err error
-					n, err = redis.Int(c.Do("EXISTS", k))
-					return err
-				})
-				if err != nil || n != 0 {
-					t.Fatalf("old partition key %s left after the move (%v)", k, err)
-				}
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 2 })
+		for _, k := range rawContent(t, r) {
+			if tag := partitionTagOf(k.key); slices.Contains(oldTags, tag) && !slices.ContainsFunc(q.partitions, func(p *partition) bool { return p.tag == tag }) {
+				t.Errorf("key %s (%s of %d items) of a dropped partition is left", k.key, k.typ, len(k.items))
 			}
 		}
 	})

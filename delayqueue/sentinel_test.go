@@ -79,7 +79,9 @@ func (l *failoverLedger) counts() (acked, ackedSince int) {
 //
 // Three servers: with wait_replicas = 1, the promoted primary needs a
 // replica of its own to acknowledge anything, so a second replica (which
-// Sentinel repoints at the new primary) keeps the queue writable.
+// Sentinel repoints at the new primary) keeps the queue writable. Sentinel
+// only: on a cluster, failover is the cluster's own, for the process
+// tests.
 func TestSentinelFailoverKeepsAcknowledgedJobs(t *testing.T) {
 	redistest.Binary(t, "redis-sentinel")
 	const masterName = "dqfailover"

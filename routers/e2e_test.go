@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,32 +20,39 @@ import (
 // The real engine satisfies the interface the HTTP layer needs.
 var _ Queue = (*delayqueue.Queue)(nil)
 
-// e2eBackend starts a Redis for one test and returns its address and a
-// function that stops it early.
+// e2eBackend runs the real engine on a Redis of its kind for one test.
 type e2eBackend struct {
-	name  string
-	start func(t *testing.T) (addr string, stop func())
+	name string
+	// start returns the engine, and a function that stops its Redis
+	// early; nil on the shared cluster, whose nodes no test may stop.
+	start func(t *testing.T) (q *delayqueue.Queue, stopRedis func())
 }
+
+// e2eBlockTimeout is the engine's and the handler's longest pop hold.
+const e2eBlockTimeout = 5 * time.Second
 
 func e2eBackends() []e2eBackend {
 	return []e2eBackend{
-		{"miniredis", func(t *testing.T) (string, func()) {
+		{"miniredis", func(t *testing.T) (*delayqueue.Queue, func()) {
 			m := redistest.Mini(t)
-			return m.Addr(), m.Close
+			return enginetest.Start(t, m.Addr(), e2eBlockTimeout, testLogger(t)), m.Close
 		}},
-		{"redis", func(t *testing.T) (string, func()) {
+		{"redis", func(t *testing.T) (*delayqueue.Queue, func()) {
 			s := redistest.Start(t)
-			return s.Addr, s.Stop
+			return enginetest.Start(t, s.Addr, e2eBlockTimeout, testLogger(t)), s.Stop
+		}},
+		{"cluster", func(t *testing.T) (*delayqueue.Queue, func()) {
+			seeds := sharedCluster.Get(t).Addrs()
+			return enginetest.StartOnCluster(t, seeds, sharedCluster.Namespace(), e2eBlockTimeout, testLogger(t)), nil
 		}},
 	}
 }
 
-// e2eServer runs the real engine on addr behind an httptest server, and
-// stops both (engine first waited for) when the test ends.
-func e2eServer(t *testing.T, addr string) string {
+// e2eServer serves the engine q through the real handler on an httptest
+// server, closed when the test ends, before the engine stops.
+func e2eServer(t *testing.T, q *delayqueue.Queue) string {
 	t.Helper()
-	q := enginetest.Start(t, addr, 5*time.Second, testLogger(t))
-	srv := httptest.NewServer(New(q, Options{BlockTimeout: 5 * time.Second}, testLogger(t)))
+	srv := httptest.NewServer(New(q, Options{BlockTimeout: e2eBlockTimeout}, testLogger(t)))
 	t.Cleanup(srv.Close) // runs before the engine's cleanup
 	return srv.URL
 }
@@ -52,20 +60,26 @@ func e2eServer(t *testing.T, addr string) string {
 // post sends one request and checks the envelope.
 func post(t *testing.T, url, path, body string) response {
 	t.Helper()
-	resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: read the answer: %v", path, err)
-	}
-	got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
+	got, problem := tryPost(url, path, body)
 	if problem != "" {
 		t.Fatalf("POST %s %s: %s", path, body, problem)
 	}
 	return got
+}
+
+// tryPost sends one request and says what is wrong with the answer's
+// envelope, if anything; it may run outside the test's goroutine.
+func tryPost(url, path, body string) (response, string) {
+	resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return response{}, err.Error()
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, "read the answer: " + err.Error()
+	}
+	return parseEnvelope(resp.StatusCode, resp.Header, raw)
 }
 
 // mustSucceed sends a request that must get code 0.
@@ -165,8 +179,8 @@ func getJob(t *testing.T, url, id string) *e2eJob {
 func TestEndToEnd(t *testing.T) {
 	for _, backend := range e2eBackends() {
 		t.Run(backend.name, func(t *testing.T) {
-			addr, stopRedis := backend.start(t)
-			url := e2eServer(t, addr)
+			q, stopRedis := backend.start(t)
+			url := e2eServer(t, q)
 
 			// push, get, pop, get (reserved), finish, get (gone).
 			const body = " hello, 世界 \n\u0000 "
@@ -267,34 +281,72 @@ func TestEndToEnd(t *testing.T) {
 				t.Fatalf("invalid push answered %d %s", got.status, got.raw)
 			}
 
-			// Redis gone: code 1 with a clear message, not a hang or a 5xx.
-			stopRedis()
-			for path, body := range map[string]string{
-				"/push": `{"topic":"mail","id":"down","ttr":5}`, "/get": `{"id":"x"}`,
-				"/finish": `{"id":"x"}`, "/delete": `{"id":"x"}`,
-				"/release": `{"id":"x"}`, "/touch": `{"id":"x","attempt":1}`,
-				"/dead/list": `{"topic":"mail"}`, "/dead/kick": `{"topic":"mail","count":1}`,
-				"/dead/delete": `{"topic":"mail","all":true}`, "/stats": `{}`, "/topics": `{}`,
-			} {
-				if got := post(t, url, path, body); got.status != 200 || got.code != 1 || got.msg != msgRedisUnavailable {
-					t.Errorf("%s with Redis stopped: %d %s", path, got.status, got.raw)
-				}
-			}
-			for path, body := range map[string]string{
-				"/push": `{"jobs":[{"topic":"mail","id":"down","ttr":5}]}`, "/finish": `{"ids":["x"]}`, "/delete": `{"ids":["x"]}`,
-			} {
-				if got := post(t, url, path, body); got.status != 200 || got.code != 1 || got.msg != msgRedisUnavailable {
-					t.Errorf("%s %s with Redis stopped: %d %s", path, body, got.status, got.raw)
-				}
-			}
-			// A held pop keeps waiting out its hold rather than failing at
-			// once, so that consumers do not spin.
-			start = time.Now()
-			got := post(t, url, "/pop", `{"topic":"mail","timeout":1}`)
-			if elapsed := time.Since(start); elapsed < 900*time.Millisecond || got.status != 200 {
-				t.Errorf("pop with Redis stopped answered after %v: %d %s", elapsed, got.status, got.raw)
+			// The shared cluster cannot be stopped: TestEndToEndClusterGone
+			// stops a cluster of its own.
+			if stopRedis != nil {
+				stopRedis()
+				checkRedisGone(t, url)
 			}
 		})
+	}
+}
+
+// A cluster whose every node is gone is answered as one Redis gone.
+func TestEndToEndClusterGone(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	url := e2eServer(t, enginetest.StartOnCluster(t, c.Addrs(), "", e2eBlockTimeout, testLogger(t)))
+	mustSucceed(t, url, "/push", `{"topic":"mail","id":"before","ttr":5}`)
+	for _, n := range c.Nodes {
+		n.Kill()
+	}
+	checkRedisGone(t, url)
+}
+
+// checkRedisGone checks the answers once Redis is gone: code 1 with a
+// clear message, not a hang or a 5xx. The requests go at once: on a
+// cluster each waits for the routing to give up.
+func checkRedisGone(t *testing.T, url string) {
+	t.Helper()
+	requests := [][2]string{
+		{"/push", `{"topic":"mail","id":"down","ttr":5}`}, {"/get", `{"id":"x"}`},
+		{"/finish", `{"id":"x"}`}, {"/delete", `{"id":"x"}`},
+		{"/release", `{"id":"x"}`}, {"/touch", `{"id":"x","attempt":1}`},
+		{"/dead/list", `{"topic":"mail"}`}, {"/dead/kick", `{"topic":"mail","count":1}`},
+		{"/dead/delete", `{"topic":"mail","all":true}`}, {"/stats", `{}`}, {"/topics", `{}`},
+		{"/push", `{"jobs":[{"topic":"mail","id":"down","ttr":5}]}`}, {"/finish", `{"ids":["x"]}`}, {"/delete", `{"ids":["x"]}`},
+		// A held pop keeps waiting out its hold rather than failing at
+		// once, so that consumers do not spin.
+		{"/pop", `{"topic":"mail","timeout":1}`},
+	}
+	type answer struct {
+		got     response
+		problem string
+		took    time.Duration
+	}
+	answers := make([]answer, len(requests))
+	var wg sync.WaitGroup
+	for i, req := range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			answers[i].got, answers[i].problem = tryPost(url, req[0], req[1])
+			answers[i].took = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for i, req := range requests {
+		a := answers[i]
+		switch {
+		case a.problem != "":
+			t.Errorf("%s %s with Redis stopped: %s", req[0], req[1], a.problem)
+		case req[0] == "/pop":
+			if a.took < 900*time.Millisecond || a.got.status != 200 {
+				t.Errorf("pop with Redis stopped answered after %v: %d %s", a.took, a.got.status, a.got.raw)
+			}
+		case a.got.status != 200 || a.got.code != 1 || a.got.msg != msgRedisUnavailable:
+			t.Errorf("%s %s with Redis stopped: %d %s", req[0], req[1], a.got.status, a.got.raw)
+		}
 	}
 }
 
@@ -362,8 +414,8 @@ func popUntil(t *testing.T, url, topic string, deadline time.Duration) *e2eDeliv
 func TestEndToEndLifecycle(t *testing.T) {
 	for _, backend := range e2eBackends() {
 		t.Run(backend.name, func(t *testing.T) {
-			addr, _ := backend.start(t)
-			url := e2eServer(t, addr)
+			q, _ := backend.start(t)
+			url := e2eServer(t, q)
 			t.Run("retry, release, dead letters, kick", func(t *testing.T) { e2eRetryToDead(t, url) })
 			t.Run("batches, stats, topics", func(t *testing.T) { e2eBatches(t, url) })
 			t.Run("touch and refusals", func(t *testing.T) { e2eTouchAndRefusals(t, url) })

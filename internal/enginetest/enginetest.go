@@ -16,12 +16,36 @@ import (
 // until the test ends; blockTimeout is its longest pop hold.
 func Start(t testing.TB, addr string, blockTimeout time.Duration, logger *slog.Logger) *delayqueue.Queue {
 	t.Helper()
-	redisOpts := redisconn.Options{Addr: addr, DB: 1, MaxIdle: 10, ConnectTimeout: time.Second,
+	redisOpts := redisOptions(blockTimeout)
+	redisOpts.Addr, redisOpts.DB = addr, 1
+	return StartWith(t, redisOpts, queueOptions(blockTimeout, ""), logger)
+}
+
+// StartOnCluster runs a Queue like Start's on the Redis Cluster that seeds
+// (some of its nodes) belong to, with namespace in front of its key_prefix
+// and bucket_name: tests that share one cluster give each queue a
+// namespace of its own (redistest.SharedCluster.Namespace), so that none
+// meets another's keys. "" keeps the default names.
+func StartOnCluster(t testing.TB, seeds []string, namespace string, blockTimeout time.Duration, logger *slog.Logger) *delayqueue.Queue {
+	t.Helper()
+	redisOpts := redisOptions(blockTimeout)
+	redisOpts.ClusterAddrs = seeds
+	return StartWith(t, redisOpts, queueOptions(blockTimeout, namespace), logger)
+}
+
+// redisOptions are the test timeouts, with a read timeout that outlasts
+// the longest pop hold.
+func redisOptions(blockTimeout time.Duration) redisconn.Options {
+	return redisconn.Options{MaxIdle: 10, ConnectTimeout: time.Second,
 		ReadTimeout: 2*blockTimeout + 5*time.Second, WriteTimeout: 3 * time.Second}
-	return StartWith(t, redisOpts, delayqueue.Options{
-		BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+}
+
+// queueOptions are the default key names, namespace in front.
+func queueOptions(blockTimeout time.Duration, namespace string) delayqueue.Options {
+	return delayqueue.Options{
+		BucketSize: 3, BucketName: namespace + "dq_bucket_%d", QueueName: "dq_queue_%s", KeyPrefix: namespace + "dq_",
 		BlockTimeout: blockTimeout,
-	}, logger)
+	}
 }
 
 // StartWith runs a Queue with the given options, and the key check on

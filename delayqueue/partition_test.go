@@ -1,0 +1,299 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+// idsPerPartition returns perPartition ids with prefix for each partition
+// of q, in turn: partition 1's first, partition 2's first...
+func idsPerPartition(t *testing.T, q *Queue, prefix string, perPartition int) []string {
+	t.Helper()
+	byPartition := make([][]string, len(q.partitions))
+	for i, filled := 0, 0; filled < len(q.partitions); i++ {
+		if i == 1000*perPartition*len(q.partitions) {
+			t.Fatalf("%d ids spread over partitions thus: %v", i, byPartition)
+		}
+		id := fmt.Sprintf("%s%d.", prefix, i) // no id is the start of another
+		n := q.partitionOf(id).number - 1
+		if len(byPartition[n]) < perPartition {
+			byPartition[n] = append(byPartition[n], id)
+			if len(byPartition[n]) == perPartition {
+				filled++
+			}
+		}
+	}
+	var ids []string
+	for k := range perPartition {
+		for _, p := range byPartition {
+			ids = append(ids, p[k])
+		}
+	}
+	return ids
+}
+
+// On a cluster made by redis-cli --cluster create, the partitions' tags
+// land evenly on the primaries (3 partitions: one on each of 3; the
+// cluster default of 12: four on each), so one topic's jobs are stored on
+// every shard, each in its partition's slot, and pops take them from every
+// shard: Pops try the partitions in turn, each starting at the next one.
+// On a cluster only: it is about primaries.
+func TestHotTopicUsesEveryPrimary(t *testing.T) {
+	for _, partitions := range []int{3, DefaultClusterPartitions} {
+		t.Run(fmt.Sprint(partitions, " partitions"), func(t *testing.T) {
+			r := onSharedCluster(t)
+			q := newTestQueue(t, r, func(o *Options) { o.BucketSize = partitions })
+			ctx := context.Background()
+			primaries := r.cluster.Primaries(t)
+			ownerOf := map[int]string{} // partition number -> primary
+			perPrimary := map[string]int{}
+			for _, p := range q.partitions {
+				owner := r.cluster.SlotOwner(t, redisconn.Slot(p.key()))
+				ownerOf[p.number] = owner
+				perPrimary[owner]++
+			}
+			for _, addr := range primaries {
+				if perPrimary[addr] != partitions/len(primaries) {
+					t.Fatalf("partitions per primary %v, want %d on each of %v", perPrimary, partitions/len(primaries), primaries)
+				}
+			}
+
+			const perPartition = 4
+			ids := idsPerPartition(t, q, "hot-", perPartition)
+			jobs := make([]Job, len(ids))
+			for i, id := range ids {
+				jobs[i] = Job{Topic: "hot", ID: id, TTR: time.Minute, Body: id}
+			}
+			if _, err := q.PushBatch(ctx, jobs); err != nil {
+				t.Fatal(err)
+			}
+
+			// Each job is stored, with every key naming it, on the primary
+			// serving its partition's slot.
+			content := rawContent(t, r)
+			stored := map[string]int{}
+			for _, tr := range naming(content, ids...) {
+				stored[tr.primary]++
+			}
+			for _, id := range ids {
+				p := q.partitionOf(id)
+				for _, tr := range naming(content, id) {
+					if slot := redisconn.Slot(tr.key); slot != redisconn.Slot(p.key()) || tr.primary != ownerOf[p.number] {
+						t.Errorf("%s (partition %d, slot %d on %s) is in %s, slot %d on %s",
+							id, p.number, redisconn.Slot(p.key()), ownerOf[p.number], tr.key, slot, tr.primary)
+					}
+				}
+			}
+			for _, addr := range primaries {
+				if stored[addr] == 0 {
+					t.Fatalf("no key of topic hot's jobs on primary %s (keys naming them per primary: %v)", addr, stored)
+				}
+			}
+
+			// Every round of one Pop per partition takes one job from each.
+			for round := range perPartition {
+				var got []int
+				for range partitions {
+					d := mustPop(t, q, 0, "hot")
+					if d == nil {
+						t.Fatalf("round %d: a pop found nothing after %v", round, got)
+					}
+					got = append(got, q.partitionOf(d.ID).number)
+				}
+				slices.Sort(got)
+				for i, n := range got {
+					if n != i+1 {
+						t.Fatalf("round %d of %d pops took jobs from partitions %v, want one from each", round, partitions, got)
+					}
+				}
+			}
+			if d := mustPop(t, q, 0, "hot"); d != nil {
+				t.Fatalf("pop after every job was taken: %+v", d)
+			}
+			if statuses, err := q.FinishBatch(ctx, ids); err != nil || slices.ContainsFunc(statuses, func(s RemoveStatus) bool { return s != Removed }) {
+				t.Fatalf("finish = %v, %v", statuses, err)
+			}
+			assertNoTraces(t, r, "hot")
+		})
+	}
+}
+
+// A topic or an id with { or } cannot move a key of its job out of its
+// partition's slot: the partition's tag starts every key name. The key
+// check (and, on the cluster, Redis itself) fails a script touching a key
+// of another slot; this checks too that every key naming the job is in
+// the slot, through push, delayed and held pops, release, touch, finish,
+// dead letters, kick and dead delete.
+func TestBracesInNamesStayInTheirPartitionSlot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		// No name here is "{" alone or a part of the partitions' key names,
+		// so that the keys naming one are the job's or the topic's.
+		jobs := []Job{
+			{Topic: "a{b}c", ID: "{x}y}"},
+			{Topic: "a{b}c", ID: "{}"},
+			{Topic: "{!", ID: "}{", MaxAttempts: 2},
+			{Topic: "}x{y}", ID: "{a}b{c}", MaxAttempts: 1},
+			{Topic: "{q}", ID: "{z", MaxAttempts: 1},
+		}
+		var topics, ids []string
+		for i := range jobs {
+			jobs[i].TTR = time.Minute
+			jobs[i].Body = "body of " + jobs[i].ID
+			if !slices.Contains(topics, jobs[i].Topic) {
+				topics = append(topics, jobs[i].Topic)
+			}
+			ids = append(ids, jobs[i].ID)
+		}
+		inSlot := func(stage string, ids ...string) {
+			t.Helper()
+			content := rawContent(t, r)
+			for _, id := range ids {
+				p := q.partitionOf(id)
+				want := redisconn.Slot(p.key())
+				found := naming(content, id)
+				if len(found) == 0 {
+					t.Errorf("%s: no key names %s", stage, id)
+				}
+				for _, tr := range found {
+					if slot := redisconn.Slot(tr.key); slot != want {
+						t.Errorf("%s: %s of partition %d (slot %d) is named in %s, of slot %d", stage, id, p.number, want, tr.what, slot)
+					}
+					if r.cluster != nil && tr.primary != r.cluster.SlotOwner(t, want) {
+						t.Errorf("%s: %s is on %s, not on its slot's primary %s", stage, tr.key, tr.primary, r.cluster.SlotOwner(t, want))
+					}
+				}
+			}
+			for _, tr := range naming(content, topics...) {
+				if !slices.ContainsFunc(q.partitions, func(p *partition) bool { return redisconn.Slot(p.key()) == redisconn.Slot(tr.key) }) {
+					t.Errorf("%s: %s names a topic, in no partition's slot", stage, tr.what)
+				}
+			}
+		}
+
+		// Pushed: the first job delayed, the others ready.
+		jobs[0].Delay = 300 * time.Millisecond
+		if _, err := q.PushBatch(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		inSlot("pushed", ids...)
+		for _, job := range jobs {
+			info, err := q.Get(ctx, job.ID)
+			if err != nil || info == nil || info.Topic != job.Topic || info.Body != job.Body {
+				t.Fatalf("get %s = %+v, %v", job.ID, info, err)
+			}
+		}
+		stats, err := q.Stats(ctx, "")
+		if err != nil || stats["a{b}c"] != (TopicStats{Delay: 1, Ready: 1}) || stats["{!"] != (TopicStats{Ready: 1}) {
+			t.Fatalf("stats = %+v, %v", stats, err)
+		}
+
+		// Popped, the delayed one by a held pop once the scanner moved it.
+		got := map[string]*Delivery{}
+		for len(got) < len(jobs) {
+			d := mustPop(t, q, 5*time.Second, topics...)
+			if d == nil {
+				t.Fatalf("pop after %d of %d jobs found nothing", len(got), len(jobs))
+			}
+			got[d.ID] = d
+		}
+		for _, job := range jobs {
+			if d := got[job.ID]; d == nil || d.Topic != job.Topic || d.Body != job.Body || d.Attempts != 1 {
+				t.Fatalf("popped %s as %+v", job.ID, d)
+			}
+		}
+		inSlot("reserved", ids...)
+		if _, _, err := q.Touch(ctx, "{x}y}", 1); err != nil {
+			t.Fatalf("touch: %v", err)
+		}
+		zero := time.Duration(0)
+		if state, _, err := q.Release(ctx, "}{", &zero, 1); err != nil || state != StateReady {
+			t.Fatalf("release }{ = %s, %v", state, err)
+		}
+		if d := mustPop(t, q, 5*time.Second, "{!"); d == nil || d.ID != "}{" || d.Attempts != 2 {
+			t.Fatalf("pop after release = %+v", d)
+		}
+		if statuses, err := q.FinishBatch(ctx, []string{"{x}y}", "{}"}); err != nil || fmt.Sprint(statuses) != fmt.Sprint([]RemoveStatus{Removed, Removed}) {
+			t.Fatalf("finish = %v, %v", statuses, err)
+		}
+
+		// Their last attempts released: dead letters.
+		dead := []string{"}{", "{a}b{c}", "{z"}
+		for _, id := range dead {
+			if state, _, err := q.Release(ctx, id, nil, got[id].Attempts+strings.Count(id, "}{")); err != nil || state != StateDead {
+				t.Fatalf("release %s = %s, %v", id, state, err)
+			}
+		}
+		inSlot("dead", dead...)
+		for _, job := range jobs[2:] {
+			list, total, err := q.DeadList(ctx, job.Topic, 0, 10)
+			if err != nil || total != 1 || len(list) != 1 || list[0].ID != job.ID {
+				t.Fatalf("dead list of %s = %+v, %d, %v", job.Topic, list, total, err)
+			}
+		}
+		if kicked, err := q.DeadKick(ctx, "}x{y}", "{a}b{c}", 0); err != nil || !slices.Equal(kicked, []string{"{a}b{c}"}) {
+			t.Fatalf("kick by id = %v, %v", kicked, err)
+		}
+		if kicked, err := q.DeadKick(ctx, "{!", "", 1); err != nil || !slices.Equal(kicked, []string{"}{"}) {
+			t.Fatalf("kick the oldest = %v, %v", kicked, err)
+		}
+		inSlot("kicked", "{a}b{c}", "}{")
+		for _, topic := range []string{"}x{y}", "{!"} {
+			d := mustPop(t, q, 5*time.Second, topic)
+			if d == nil || d.Attempts != 1 {
+				t.Fatalf("pop of a kicked job of %s = %+v", topic, d)
+			}
+			if err := q.Finish(ctx, d.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, err := q.DeadDelete(ctx, "{q}", "{z"); err != nil || n != 1 {
+			t.Fatalf("dead delete by id = %d, %v", n, err)
+		}
+
+		if topics, err := q.Topics(ctx); err != nil || len(topics) != 0 {
+			t.Fatalf("topics after every job ended: %v, %v", topics, err)
+		}
+		assertNoTraces(t, r, "{x}y}", "{}", "}{", "{a}b{c}", "{z", "a{b}c", "{!", "}x{y}", "{q}")
+	})
+}
+
+// When every node of the cluster is gone, a Pop gives up about as soon as
+// a call on one partition does (a Get), not after one such give-up per
+// partition it tries: with the cluster default of 12 partitions that
+// would keep a consumer's pop, even of hold 0, waiting twelve times as
+// long, far beyond any hold. On a cluster of its own: it kills the nodes.
+func TestPopOnAClusterDownGivesUpLikeOneCall(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	q := newTestQueue(t, onCluster(c), func(o *Options) { o.BucketSize = DefaultClusterPartitions })
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		n.Kill()
+	}
+	var oneCall time.Duration
+	for range 2 { // the first after the kill may be cut short by a connection error
+		start := time.Now()
+		if _, err := q.Get(ctx, "some-id"); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("get with every node gone: %v, want ErrUnavailable", err)
+		}
+		oneCall = max(oneCall, time.Since(start))
+	}
+	start := time.Now()
+	_, err := q.Pop(ctx, []string{"t"}, 0)
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("pop with every node gone: %v, want ErrUnavailable", err)
+	}
+	if took > 3*oneCall+time.Second {
+		t.Fatalf("pop took %v to give up, a call on one partition %v: it waited out each of %d partitions", took, oneCall, len(q.partitions))
+	}
+}
