@@ -405,6 +405,16 @@ func (q *Queue) eachPartition(ctx context.Context, f func(p *partition) error) e
 	return nil
 }
 
+// allDown reports whether every partition is marked down.
+func (q *Queue) allDown() bool {
+	for _, p := range q.partitions {
+		if !p.isDown() {
+			return false
+		}
+	}
+	return true
+}
+
 // partitionOf is the partition holding the job with id.
 func (q *Queue) partitionOf(id string) *partition {
 	return q.partitions[partitionNumber(id, len(q.partitions))-1]

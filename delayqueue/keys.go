@@ -143,8 +143,10 @@ func (k keySchema) wake(tag, topic string) string { return tag + k.prefix + "wak
 func (k keySchema) wakePrefix(tag string) string { return tag + k.prefix + "wake:" }
 
 func (k keySchema) control(tag, instance string, loop int) string {
-	return tag + k.prefix + "ctl:" + instance + ":" + strconv.Itoa(loop)
+	return k.controlPrefix(tag) + instance + ":" + strconv.Itoa(loop)
 }
+
+func (k keySchema) controlPrefix(tag string) string { return tag + k.prefix + "ctl:" }
 
 func (k keySchema) layout() string { return k.prefix + "layout" }
 

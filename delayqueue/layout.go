@@ -397,10 +397,32 @@ func copyJobs(ctx context.Context, from, to *Queue, src, dst *partition, ids []s
 
 // dropPartitionKeys deletes what an emptied partition keeps besides jobs:
 // its counters (the ready positions, the dropped dead letters' totals), its
-// timers and its wake-up tokens.
+// timers, and its wake-up and control lists (found with SCAN on the node
+// that holds the partition's slot).
 func dropPartitionKeys(ctx context.Context, q *Queue, p *partition) error {
 	return q.withConn(ctx, p.key(), func(c redis.Conn) error {
+		drop := make([]string, 0, len(p.keys))
 		for _, k := range p.keys {
+			drop = append(drop, k.(string))
+		}
+		for _, prefix := range []string{q.keys.wakePrefix(p.tag), q.keys.controlPrefix(p.tag)} {
+			cursor := "0"
+			for {
+				reply, err := redis.Values(c.Do("SCAN", cursor, "MATCH", globEscape(prefix)+"*", "COUNT", 1000))
+				if err != nil {
+					return err
+				}
+				var page []string
+				if _, err := redis.Scan(reply, &cursor, &page); err != nil {
+					return err
+				}
+				drop = append(drop, page...)
+				if cursor == "0" {
+					break
+				}
+			}
+		}
+		for _, k := range drop {
 			if _, err := c.Do("DEL", k); err != nil {
 				return err
 			}

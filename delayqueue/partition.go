@@ -1,6 +1,13 @@
 package delayqueue
 
-import "context"
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
 
 // partition is one of the Queue's partitions: its hash tag and keys, the
 // scanner that moves its due work, the loops that wait on its wake-up
@@ -15,6 +22,12 @@ type partition struct {
 	scanner *scanner
 	loops   []*dispatchLoop
 
+	q *Queue
+	// downUntil (unix ns) is set when the partition's Redis did not
+	// answer: Pops leave it out until then, rather than wait for it each
+	// time (see claim).
+	downUntil atomic.Int64
+
 	pushes   *lanes[pushCall, pushReply]
 	claims   *lanes[claimBatch, [][]*Delivery]
 	finishes *lanes[[]any, []removal]
@@ -22,7 +35,7 @@ type partition struct {
 }
 
 func newPartition(q *Queue, number, loops int) *partition {
-	p := &partition{number: number, tag: q.keys.partitionTag(number, q.opts.BucketSize)}
+	p := &partition{q: q, number: number, tag: q.keys.partitionTag(number, q.opts.BucketSize)}
 	for _, k := range q.keys.partitionKeys(p.tag) {
 		p.keys = append(p.keys, k)
 	}
@@ -47,3 +60,25 @@ func (p *partition) key() string { return p.keys[keyJobs].(string) }
 
 // keyAt is the partition's key at index i (keyJobs...).
 func (p *partition) keyAt(i int) string { return p.keys[i].(string) }
+
+// downFor is how long Pops leave out a partition whose Redis did not
+// answer.
+const downFor = time.Second
+
+// noteError marks the partition down when err says its Redis did not
+// answer.
+func (p *partition) noteError(err error) {
+	if errors.Is(err, ErrUnavailable) {
+		p.downUntil.Store(time.Now().Add(downFor).UnixNano())
+	}
+}
+
+func (p *partition) isDown() bool { return time.Now().UnixNano() < p.downUntil.Load() }
+
+// withConn runs f on a pooled connection to the partition's Redis, and
+// marks the partition down when that Redis does not answer.
+func (p *partition) withConn(ctx context.Context, f func(redis.Conn) error) error {
+	err := p.q.withConn(ctx, p.key(), f)
+	p.noteError(err)
+	return err
+}

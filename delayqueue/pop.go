@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -42,6 +43,7 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 			return nil, fmt.Errorf("pop: %w: topic must be 1 to %d bytes", ErrInvalidJob, MaxTopicBytes)
 		}
 	}
+	topics = distinct(topics)
 	if count < 1 || count > MaxPopCount {
 		return nil, fmt.Errorf("pop: %w: count must be 1 to %d", ErrInvalidJob, MaxPopCount)
 	}
@@ -106,6 +108,22 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 	return res.deliveries, res.err
 }
 
+// distinct is topics without repeats, in their first order.
+func distinct(topics []string) []string {
+	for i, t := range topics {
+		if slices.Contains(topics[:i], t) {
+			out := slices.Clone(topics[:i])
+			for _, u := range topics[i+1:] {
+				if !slices.Contains(out, u) {
+					out = append(out, u)
+				}
+			}
+			return out
+		}
+	}
+	return topics
+}
+
 // claimCall is one pop request's claim: up to count jobs of topics.
 type claimCall struct {
 	topics []string
@@ -130,18 +148,19 @@ func (b claimBatch) size() int {
 // cursor moves on (see claim).
 const claimStint = 16
 
-// claim claims up to count jobs of topics for one Pop: from the partitions
-// in turn, starting at the cursor's, until it has count or every partition
-// was asked. Concurrent Pops start at the same partition, so that they
-// share its script calls, as on one Redis; the cursor moves on when that
-// partition runs short, or after claimStint claims, so that every
-// partition gives out its share. A partition that fails is skipped; its
-// error is returned when no job was claimed.
+// claim claims up to count jobs of topics for one Pop. Concurrent Pops
+// start at one cursor partition, so that they share its script calls, as
+// on one Redis; the cursor moves on when that partition runs short, or
+// after claimStint claims, so that every partition gives out its share.
+// When the cursor's partition has not enough, the others are read for the
+// topics they have ready (one cheap read per partition and topic), and
+// only those with some are asked, in the order of the best topic each has:
+// a Pop that finds nothing costs one script call, not one per partition.
+// With several topics the reading comes first, so that the first topic
+// listed wins, as in the original.
 //
-// With several topics, the first listed wins, as in the original: the
-// partitions are first read for the topics they have ready (one cheap read
-// per partition and topic), and asked in the order of the best topic each
-// has.
+// A partition whose Redis did not answer is left out for a while (see
+// partition.down); its error is returned when no job was claimed.
 func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Delivery, error) {
 	n := uint32(len(q.partitions))
 	start := q.claimCursor.Load() % n
@@ -149,71 +168,97 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 		q.claimStint.Store(0)
 		q.claimCursor.CompareAndSwap(start, (start+1)%n)
 	}
-	order := make([]uint32, n)
-	for i := range order {
-		order[i] = (start + uint32(i)) % n
-	}
-	if len(topics) > 1 && n > 1 {
-		var err error
-		if order, err = q.byBestTopic(ctx, order, topics); err != nil {
-			return nil, err
-		}
-	}
 	var (
 		got     []*Delivery
 		lastErr error
+		asked   = make([]bool, n)
 	)
-	for _, at := range order {
-		if len(got) >= count {
-			break
+	ask := func(order []uint32) {
+		for _, at := range order {
+			if len(got) >= count || ctx.Err() != nil {
+				return
+			}
+			asked[at] = true
+			want := count - len(got)
+			ds, err := q.claimOn(ctx, q.partitions[at], []claimCall{{topics: topics, count: want}})
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			if len(ds[0]) < want {
+				q.claimCursor.CompareAndSwap(at, (at+1)%n)
+			}
+			got = append(got, ds[0]...)
 		}
-		want := count - len(got)
-		ds, err := q.claimOn(ctx, q.partitions[at], []claimCall{{topics: topics, count: want}})
+	}
+	if len(topics) == 1 || n == 1 {
+		if p := q.partitions[start]; !p.isDown() {
+			ask([]uint32{start})
+		}
+	}
+	if len(got) < count && n > 1 && ctx.Err() == nil {
+		var rest []uint32
+		for i := uint32(0); i < n; i++ {
+			if at := (start + i) % n; !asked[at] && !q.partitions[at].isDown() {
+				rest = append(rest, at)
+			}
+		}
+		order, err := q.byBestTopic(ctx, rest, topics)
 		if err != nil {
 			lastErr = err
-			if ctx.Err() != nil {
-				break
-			}
-			continue
 		}
-		if len(ds[0]) < want {
-			q.claimCursor.CompareAndSwap(at, (at+1)%n)
-		}
-		got = append(got, ds[0]...)
+		ask(order)
 	}
 	if len(got) > 0 {
 		return got, nil
+	}
+	if lastErr == nil && q.allDown() {
+		lastErr = fmt.Errorf("pop: %w: no partition's redis answered lately", ErrUnavailable)
 	}
 	return nil, lastErr
 }
 
 // byBestTopic orders the partitions of order (kept for ties) by the first
-// of topics each has ready, leaving out those with none.
+// of topics each has ready, leaving out those with none, and those whose
+// read failed (the first failure is returned with the others' order).
 func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string) ([]uint32, error) {
-	best := make([]int, len(q.partitions))
-	err := q.eachPartition(ctx, func(p *partition) error {
-		i, err := q.firstReadyTopic(ctx, p, topics)
-		best[p.number-1] = i
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pop: %w", err)
+	best := make([]int, len(order))
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, at := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			best[i], errs[i] = q.firstReadyTopic(ctx, q.partitions[at], topics)
+		}()
 	}
-	ranked := make([]uint32, 0, len(order))
-	for _, at := range order {
-		if best[at] >= 0 {
-			ranked = append(ranked, at)
+	wg.Wait()
+	var firstErr error
+	ranked := make([]int, 0, len(order))
+	for i := range order {
+		if errs[i] != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("pop: %w", errs[i])
+			}
+			continue
+		}
+		if best[i] >= 0 {
+			ranked = append(ranked, i)
 		}
 	}
-	slices.SortStableFunc(ranked, func(a, b uint32) int { return best[a] - best[b] })
-	return ranked, nil
+	slices.SortStableFunc(ranked, func(a, b int) int { return best[a] - best[b] })
+	out := make([]uint32, len(ranked))
+	for k, i := range ranked {
+		out[k] = order[i]
+	}
+	return out, firstErr
 }
 
 // firstReadyTopic is the index of the first of topics with ready jobs in
 // partition p, or -1: one ZRANGEBYLEX per topic, pipelined.
 func (q *Queue) firstReadyTopic(ctx context.Context, p *partition, topics []string) (int, error) {
 	first := -1
-	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
+	err := p.withConn(ctx, func(c redis.Conn) error {
 		for _, t := range topics {
 			lo, hi := topicRange(t)
 			if err := c.Send("ZRANGEBYLEX", p.keyAt(keyReady), lo, hi, "LIMIT", 0, 1); err != nil {
@@ -243,6 +288,7 @@ func (q *Queue) firstReadyTopic(ctx context.Context, p *partition, topics []stri
 func (q *Queue) claimOn(ctx context.Context, p *partition, calls []claimCall) ([][]*Delivery, error) {
 	out, err := p.claims.do(ctx, claimBatch{calls: calls})
 	if err != nil {
+		p.noteError(err)
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	for _, ds := range out {

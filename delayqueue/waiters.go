@@ -109,6 +109,9 @@ func (r *waiterRegistry) add(w *waiter, front bool) []int {
 	var newLoops []int
 	w.elems = make(map[string]*list.Element, len(w.topics))
 	for _, t := range w.topics {
+		if _, twice := w.elems[t]; twice {
+			continue // a topic listed twice waits once
+		}
 		l := r.byTopic[t]
 		if l == nil {
 			l = list.New()
