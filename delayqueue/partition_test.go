@@ -98,21 +98,32 @@ func TestHotTopicUsesEveryPrimary(t *testing.T) {
 				}
 			}
 
-			// Every round of one Pop per partition takes one job from each.
-			for round := range perPartition {
-				var got []int
-				for range partitions {
-					d := mustPop(t, q, 0, "hot")
-					if d == nil {
-						t.Fatalf("round %d: a pop found nothing after %v", round, got)
-					}
-					got = append(got, q.partitionOf(d.ID).number)
+			// Pops take from one partition at a time (concurrent ones then
+			// share its script calls), at most claimStint in a row, and
+			// every partition gives out its jobs.
+			var got []int
+			for range partitions * perPartition {
+				d := mustPop(t, q, 0, "hot")
+				if d == nil {
+					t.Fatalf("a pop found nothing after %v", got)
 				}
-				slices.Sort(got)
-				for i, n := range got {
-					if n != i+1 {
-						t.Fatalf("round %d of %d pops took jobs from partitions %v, want one from each", round, partitions, got)
-					}
+				got = append(got, q.partitionOf(d.ID).number)
+			}
+			run, from := 0, map[int]int{}
+			for i, n := range got {
+				from[n]++
+				if i > 0 && n == got[i-1] {
+					run++
+				} else {
+					run = 1
+				}
+				if run > claimStint {
+					t.Fatalf("pops took %d jobs in a row from partition %d: %v", run, n, got)
+				}
+			}
+			for n := 1; n <= partitions; n++ {
+				if from[n] != perPartition {
+					t.Fatalf("pops took %v jobs per partition (%v), want %d from each", from, got, perPartition)
 				}
 			}
 			if d := mustPop(t, q, 0, "hot"); d != nil {
@@ -296,4 +307,49 @@ func TestPopOnAClusterDownGivesUpLikeOneCall(t *testing.T) {
 	if took > 3*oneCall+time.Second {
 		t.Fatalf("pop took %v to give up, a call on one partition %v: it waited out each of %d partitions", took, oneCall, len(q.partitions))
 	}
+}
+
+// Pops share the cursor's partition, which moves on when it runs short or
+// after claimStint claims: with a backlog in every partition, pops come in
+// runs of claimStint from one partition, and every partition has its turn.
+func TestPopsTakeTurnsOverThePartitions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		perPartition := 2 * claimStint
+		ids := idsPerPartition(t, q, "turn-", perPartition)
+		jobs := make([]Job, len(ids))
+		for i, id := range ids {
+			jobs[i] = Job{Topic: "turns", ID: id, TTR: time.Minute}
+		}
+		if _, err := q.PushBatch(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for range len(ids) {
+			d := mustPop(t, q, 0, "turns")
+			if d == nil {
+				t.Fatalf("a pop found nothing after %v", got)
+			}
+			got = append(got, q.partitionOf(d.ID).number)
+		}
+		// The first pop of the queue starts a stint: runs are claimStint
+		// long, one partition after the other.
+		for i := 0; i < len(got); i += claimStint {
+			for _, n := range got[i : i+claimStint] {
+				if n != got[i] {
+					t.Fatalf("pops took from partitions %v, want runs of %d", got, claimStint)
+				}
+			}
+		}
+		from := map[int]int{}
+		for _, n := range got {
+			from[n]++
+		}
+		for n := 1; n <= len(q.partitions); n++ {
+			if from[n] != perPartition {
+				t.Fatalf("pops took %v per partition, want %d each", from, perPartition)
+			}
+		}
+	})
 }
