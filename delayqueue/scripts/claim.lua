@@ -10,8 +10,50 @@
 -- n, n topics.
 -- Reply: {now ms, then per request: jobs claimed m, and 5 values per job:
 -- id, topic, ttr, attempts, body}.
-local requests = tonumber(ARGV[ARG])
 local now = clock()
+
+-- reserve leases the job id, ready at member m of topic, and returns its
+-- ttr, attempts and body (nil when no ready job matches the entry). A
+-- record with no extra part is changed in place, without decoding it.
+local function reserve(id, m, topic)
+  local raw = get_raw(id)
+  if raw then
+    local s, a, d, x, f, tl, xl, at = string.match(raw, HEAD)
+    if s ~= 'ready' or xl ~= '0' or topic .. ',' .. x .. ',' .. id ~= m or string.sub(raw, at, at + tl - 1) ~= topic then
+      if s ~= 'ready' or string.sub(raw, at, at + tl - 1) ~= topic then
+        return nil
+      end
+      raw = nil -- an extra part: the decoded way below
+    else
+      local tail = string.sub(raw, at + tl)
+      local ttr, rl, cl, bl, bat = string.match(tail, '^(%d+),%d+,%d+,(%d+),(%d+),(%-?%d+):()')
+      local lease = time13(now + tonumber(ttr) * 1000)
+      f = tonumber(f)
+      a = a + 1
+      leave_as(id, 'ready', x, topic, f)
+      enter_as(id, 'reserved', lease, topic, f)
+      put(id, record('reserved', int(a), d, lease, f, topic, x .. ',0,0,0,0:', tail))
+      local body
+      if f >= 2 then
+        body = redis.call('HGET', KEYS[9], id) or ''
+      else
+        body = string.sub(tail, bat + rl + cl)
+      end
+      return tonumber(ttr), a, body
+    end
+  end
+  local job = get(id)
+  if not job or job.s ~= 'ready' or member(id, job) ~= m then
+    return nil
+  end
+  local ttr = tonumber(tail(job).r)
+  extra(job).q = job.x
+  move(id, job, 'reserved', time13(now + ttr * 1000))
+  job.a = job.a + 1
+  return ttr, job.a, body_of(id, job)
+end
+
+local requests = tonumber(ARGV[ARG])
 local reply = {now}
 local a = ARG + 1
 -- Jobs are taken from the head of a topic's index, so those this call took
@@ -39,17 +81,13 @@ for _ = 1, requests do
       end
       get_many(ids)
       for k, id in ipairs(ids) do
-        local job = get(id)
-        if job and job.s == 'ready' and member(id, job) == members[k] then
-          local ttr = tonumber(tail(job).r)
-          extra(job).q = job.x
-          move(id, job, 'reserved', time13(now + ttr * 1000))
-          job.a = job.a + 1
+        local ttr, attempts, body = reserve(id, members[k], topic)
+        if ttr then
           reply[#reply + 1] = id
           reply[#reply + 1] = topic
           reply[#reply + 1] = ttr
-          reply[#reply + 1] = job.a
-          reply[#reply + 1] = body_of(id, job)
+          reply[#reply + 1] = attempts
+          reply[#reply + 1] = body
           claimed = claimed + 1
         else
           index_op(KEYS[2], members[k], false) -- an entry no job matches: drop it

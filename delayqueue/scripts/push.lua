@@ -22,29 +22,52 @@ for j = 0, n - 1 do
   local base = ARG + 1 + j * 9
   local id, topic = ARGV[base], ARGV[base + 1]
   local delay_ms = tonumber(ARGV[base + 2])
-  local old = get(id)
+  local old = get_raw(id)
+  if old == false then
+    old = get(id) -- decoded by an earlier job of this call
+  end
   local status, due = 0, due_base + delay_ms
   if old and ARGV[base + 7] == '1' then
     status = 2
-    due = tonumber(old.d)
+    if type(old) == 'table' then
+      due = tonumber(old.d)
+    else
+      local _, _, d = string.match(old, HEAD)
+      due = tonumber(d)
+    end
   else
-    if old then
+    if type(old) == 'table' then
       status = 1
       remove(id, old)
+    elseif old then
+      status = 1
+      remove_raw(id, old)
     end
-    local job = {a = 0, d = int(due), r = ARGV[base + 3], c = now_text, m = ARGV[base + 6], q = '0',
-      dt = '0', ls = '0', dr = '', le = '', lb = '', topic = topic, retry = ARGV[base + 5], cb = ARGV[base + 8]}
+    local s, x
     if delay_ms == 0 then
-      job.s, job.x = 'ready', ready_position()
-      if job.cb ~= '' then
+      s, x = 'ready', ready_position()
+      if ARGV[base + 8] ~= '' then
         signal(nil, 1)
       else
         signal(topic, 1)
       end
     else
-      job.s, job.x = 'delay', time13(due)
+      s, x = 'delay', time13(due)
     end
-    create(id, job, ARGV[base + 4])
+    local retry, cb, body = ARGV[base + 5], ARGV[base + 8], ARGV[base + 4]
+    local f, bl = 0, #body
+    if cb ~= '' then
+      f = 1
+    end
+    if bl > BODY_INLINE then
+      f, bl = f + 2, -1
+      note(pending('bodies'), id, body)
+      body = ''
+    end
+    -- A replaced job's separate body was marked for deletion by remove.
+    put(id, record(s, '0', int(due), x, f, topic, '', ARGV[base + 3] .. ',' .. now_text .. ',' .. ARGV[base + 6] .. ',' ..
+      #retry .. ',' .. #cb .. ',' .. bl .. ':' .. retry .. cb .. body))
+    enter_as(id, s, x, topic, f)
   end
   reply[#reply + 1] = due
   reply[#reply + 1] = status

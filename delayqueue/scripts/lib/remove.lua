@@ -10,15 +10,27 @@ local function remove_jobs(first, keep_dead)
   get_many(ids)
   local reply = {}
   for _, id in ipairs(ids) do
-    local job = get(id)
     local status, topic = 0, ''
-    if job then
-      topic = job.topic
-      if keep_dead and job.s == 'dead' then
+    local raw = get_raw(id)
+    if raw then
+      if keep_dead and string.sub(raw, 1, 5) == 'dead,' then
         status = -1
+        local _, _, _, _, _, tl, _, at = string.match(raw, HEAD)
+        topic = string.sub(raw, at, at + tl - 1)
       else
-        remove(id, job)
+        _, topic = remove_raw(id, raw)
         status = 1
+      end
+    elseif raw == false then
+      local job = get(id)
+      if job then
+        topic = job.topic
+        if keep_dead and job.s == 'dead' then
+          status = -1
+        else
+          remove(id, job)
+          status = 1
+        end
       end
     end
     reply[#reply + 1] = status

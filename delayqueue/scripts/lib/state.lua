@@ -6,8 +6,10 @@
 -- own pending writes, so an id met twice in one call behaves as if the two
 -- changes ran one after the other.
 --
--- cache maps an id to its job, or to false when it has none; dirty lists
--- the ids whose record to write (or delete), in order. pend holds the
+-- cache maps an id to its job: a decoded table, its record as a string
+-- (read and not decoded, or written by a hot path), or false when it has
+-- none; dirty lists the ids whose record to write (or delete), in order.
+-- pend holds the
 -- other pending changes, each an ordered map (a key's first write appends
 -- it to the array part), made when first needed: index[key] (member ->
 -- present), bodies (id -> body, or false to delete), counts ("<state>,
@@ -35,12 +37,31 @@ local function pending(name)
   return m
 end
 
+-- get_raw returns a job's record as a string, or nil when it has none,
+-- or false when the call holds it decoded (then use get).
+local function get_raw(id)
+  local job = cache[id]
+  if job == nil then
+    job = redis.call('HGET', KEYS[1], id) or false
+    cache[id] = job
+  end
+  if type(job) == 'table' then
+    return false
+  end
+  return job or nil
+end
+
+-- get returns a job decoded (a table the call may change, then put), or
+-- nil when it has none.
 local function get(id)
   local job = cache[id]
   if job == nil then
-    job = decode(redis.call('HGET', KEYS[1], id)) or false
-    cache[id] = job
+    job = redis.call('HGET', KEYS[1], id) or false
   end
+  if type(job) == 'string' then
+    job = decode(job) or false
+  end
+  cache[id] = job
   return job or nil
 end
 
@@ -56,12 +77,13 @@ local function get_many(ids)
     local last = math.min(i + 499, #missing)
     local raws = redis.call('HMGET', KEYS[1], unpack(missing, i, last))
     for j = i, last do
-      cache[missing[j]] = decode(raws[j - i + 1]) or false
+      cache[missing[j]] = raws[j - i + 1] or false
     end
   end
 end
 
--- put marks a job's record to be written.
+-- put marks a job's record to be written: job is a table, a record string,
+-- or false to delete it.
 local function put(id, job)
   note(dirty, id, true)
   cache[id] = job
@@ -84,20 +106,28 @@ end
 
 -- enter puts a job in the index of its state, and leave takes it out, each
 -- counting it there.
-local function enter(id, job)
-  index_op(index_of(job), member(id, job), true)
-  count(job.s .. ',' .. job.topic, 1)
-  if job.s == 'delay' or job.s == 'reserved' then
-    local timers, t = pending('timers'), tonumber(job.x)
-    if not timers[job.topic] or t < timers[job.topic] then
-      note(timers, job.topic, t)
+local function enter_as(id, s, x, topic, f)
+  index_op(index_for(s, f), member_for(id, s, x, topic, f), true)
+  count(s .. ',' .. topic, 1)
+  if s == 'delay' or s == 'reserved' then
+    local timers, t = pending('timers'), tonumber(x)
+    if not timers[topic] or t < timers[topic] then
+      note(timers, topic, t)
     end
   end
 end
 
+local function leave_as(id, s, x, topic, f)
+  index_op(index_for(s, f), member_for(id, s, x, topic, f), false)
+  count(s .. ',' .. topic, -1)
+end
+
+local function enter(id, job)
+  enter_as(id, job.s, job.x, job.topic, job.f)
+end
+
 local function leave(id, job)
-  index_op(index_of(job), member(id, job), false)
-  count(job.s .. ',' .. job.topic, -1)
+  leave_as(id, job.s, job.x, job.topic, job.f)
 end
 
 -- Bodies up to this many bytes live in the job's record; longer ones in
@@ -125,6 +155,20 @@ local function remove(id, job)
   if separate_body(job) then
     note(pending('bodies'), id, false)
   end
+end
+
+-- remove_raw is remove for a record not decoded: it reads only the head.
+-- It returns the job's state and topic.
+local function remove_raw(id, raw)
+  local s, _, _, x, f, tl, _, at = string.match(raw, HEAD)
+  local topic = string.sub(raw, at, at + tl - 1)
+  f = tonumber(f)
+  leave_as(id, s, x, topic, f)
+  put(id, false)
+  if f >= 2 then
+    note(pending('bodies'), id, false)
+  end
+  return s, topic
 end
 
 -- move changes a job's state, with its index position pos.
@@ -251,7 +295,11 @@ local function flush()
     local job = cache[id]
     if job then
       writes[#writes + 1] = id
-      writes[#writes + 1] = encode(job)
+      if type(job) == 'table' then
+        writes[#writes + 1] = encode(job)
+      else
+        writes[#writes + 1] = job
+      end
     else
       deletes[#deletes + 1] = id
     end
