@@ -20,9 +20,9 @@ import (
 // every per-topic counter of every partition, so that the counters can be
 // compared with the truth while scanners keep changing states. It also
 // lists the jobs missing from the index of their state, and the index
-// entries no job explains. (It reads the record format of
-// delayqueue/scripts/lib.lua: state,attempts,due,pos,ttr,created,max,
-// #topic,#retry,#callback,#extra,#body: then the topic first.)
+// entries no job explains. (It reads the record's head, described in
+// delayqueue/scripts/lib/record.lua: state,attempts,due,pos,flags,#topic,
+// #extra: then the topic; flags is odd when the job has a callback.)
 const procTruthScript = `
 local truth, counters, problems = {}, {}, {}
 for _, jobs in ipairs(redis.call('KEYS', '{*}dq_jobs')) do
@@ -36,11 +36,11 @@ for _, jobs in ipairs(redis.call('KEYS', '{*}dq_jobs')) do
   local h = redis.call('HGETALL', jobs)
   for i = 1, #h, 2 do
     local id, rec = h[i], h[i + 1]
-    local s, x, tl, cl, at = string.match(rec, '^(%a+),%d+,%d+,(%d+),%d+,%d+,%d+,(%d+),%d+,(%d+),%d+,%-?%d+:()')
+    local s, x, flags, tl, at = string.match(rec, '^(%a+),%d+,%d+,(%d+),(%d+),(%d+),%d+:()')
     local topic = string.sub(rec, at, at + tonumber(tl) - 1)
     truth[#truth + 1] = topic .. '/' .. s
     local index, m = ({ready = 'ready', delay = 'delayed', reserved = 'reserved', dead = 'dead'})[s], topic .. ',' .. x .. ',' .. id
-    if s == 'ready' and cl ~= '0' then
+    if s == 'ready' and tonumber(flags) % 2 == 1 then
       index, m = 'hooks', x .. ',' .. id
     end
     if entries[index .. ' ' .. m] then

@@ -437,6 +437,9 @@ func TestDialAfterABlockingCallWasMoved(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
+	// The slot moves while the BLPOP waits: from now on the nodes' map
+	// says b too (were it to lag, a fetch could undo what MOVED taught).
+	fc.setSlots(fakeRange{0, SlotCount - 1, b})
 	_, err = conn.Do("BLPOP", "wake", 1)
 	conn.Close()
 	if !IsRedirect(err) {
