@@ -23,7 +23,7 @@ import (
 //	{tag}<prefix>reserved    ZSET "topic,<lease end ms>,id"
 //	{tag}<prefix>dead        ZSET "topic,<death ms>,id"
 //	{tag}<prefix>hooks       ZSET "<position>,id": ready webhook jobs
-//	{tag}<prefix>timers      ZSET topic -> when the scanner must look again
+//	{tag}<prefix>timers      ZSET "delay|reserved,<topic>" -> when the scanner must look again
 //	{tag}<prefix>counts      HASH "<state>,<topic>" -> jobs; dropped dead letters
 //	{tag}<prefix>bodies      HASH id -> body, for long bodies
 //	{tag}<prefix>hookwake    LIST tokens that wake the webhook dispatchers

@@ -31,7 +31,7 @@ func (s *TopicStats) add(o TopicStats) {
 // partitionCounts is one partition's counts hash, read.
 type partitionCounts struct {
 	topics  map[string]TopicStats
-	dropped map[string]int64 // dead letters dropped, per topic holding jobs
+	dropped map[string]int64 // dead letters dropped, per topic holding dead letters
 	// droppedTotal counts the partition's dropped dead letters of every
 	// topic, those gone since included.
 	droppedTotal int64
@@ -193,8 +193,8 @@ const MaxUpcomingSlots = 1440
 
 // Upcoming counts the jobs due in each of n slots of step from now (Redis'
 // clock): delayed jobs by due time and reserved jobs by the end of their
-// lease. It costs, per partition, a read of the topics due within the
-// window and two ZLEXCOUNTs per such topic and slot, pipelined: it reads no
+// lease. It costs, per partition, a read of the timers due within the
+// window and a ZLEXCOUNT per such timer and slot, pipelined: it reads no
 // job. It returns the start of the first slot.
 func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.Time, []int64, error) {
 	if n < 1 || n > MaxUpcomingSlots || step < time.Second {
@@ -218,32 +218,34 @@ func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.T
 		counts := make([]int64, n)
 		perPartition[p.number-1] = counts
 		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
-			topics, err := redis.Strings(c.Do("ZRANGEBYSCORE", p.keyAt(keyTimers), "-inf", start+int64(n)*stepMs))
+			// A timer is "delay,<topic>" or "reserved,<topic>".
+			timers, err := redis.Strings(c.Do("ZRANGEBYSCORE", p.keyAt(keyTimers), "-inf", start+int64(n)*stepMs))
 			if err != nil {
 				return err
 			}
-			for _, t := range topics {
-				for _, index := range []int{keyDelayed, keyReserved} {
-					for i := 0; i < n; i++ {
-						lo := start + int64(i)*stepMs
-						if err := c.Send("ZLEXCOUNT", p.keyAt(index), topicBound(t, lo, '['), topicBound(t, lo+stepMs, '(')); err != nil {
-							return err
-						}
+			for _, timer := range timers {
+				state, topic, _ := strings.Cut(timer, ",")
+				index := keyDelayed
+				if state == StateReserved {
+					index = keyReserved
+				}
+				for i := 0; i < n; i++ {
+					lo := start + int64(i)*stepMs
+					if err := c.Send("ZLEXCOUNT", p.keyAt(index), topicBound(topic, lo, '['), topicBound(topic, lo+stepMs, '(')); err != nil {
+						return err
 					}
 				}
 			}
 			if err := c.Flush(); err != nil {
 				return err
 			}
-			for range topics {
-				for range 2 {
-					for i := 0; i < n; i++ {
-						v, err := redis.Int64(c.Receive())
-						if err != nil {
-							return err
-						}
-						counts[i] += v
+			for range timers {
+				for i := 0; i < n; i++ {
+					v, err := redis.Int64(c.Receive())
+					if err != nil {
+						return err
 					}
+					counts[i] += v
 				}
 			}
 			return nil

@@ -115,7 +115,7 @@ func New(opts Options, logger *slog.Logger) *Metrics {
 		}, []string{"loop"}),
 		deadDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "delayqueue_dead_letters_dropped",
-			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, by topic, since the counters began, for the topics holding jobs (sampled from Redis, shared by every instance).",
+			Help: "Dead letters dropped over dead_max_per_topic or past dead_ttl, by topic, while the topic has dead letters (sampled from Redis, shared by every instance).",
 		}, []string{"topic"}),
 		deadDroppedAll: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "delayqueue_dead_letters_dropped_all",

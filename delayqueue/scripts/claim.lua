@@ -97,12 +97,14 @@ for _ = 1, requests do
   end
   reply[head + 1] = claimed
 end
-flush()
+local left = flush()
 -- A topic that still has ready jobs keeps at least one wake-up token, so
--- that other held pops are not left sleeping (flush deleted the tokens of
--- topics left with none).
+-- that other held pops are not left sleeping: the caller may have taken
+-- its token to come here, and served another topic. (Flush deleted the
+-- tokens of topics it left with none.)
 for topic, wake in pairs(WAKE) do
-  if redis.call('LLEN', wake) == 0 and redis.call('HEXISTS', KEYS[8], 'ready,' .. topic) == 1 then
+  local n = left['ready,' .. topic]
+  if n ~= 0 and redis.call('LLEN', wake) == 0 and (n or redis.call('HEXISTS', KEYS[8], 'ready,' .. topic) == 1) then
     signal_key(wake, 1)
   end
 end

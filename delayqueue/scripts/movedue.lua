@@ -14,70 +14,59 @@ local budget = tonumber(ARGV[ARG])
 local now = clock()
 local handled, oldest = 0, -1
 local expired = {}
-for _, topic in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'LIMIT', 0, 100)) do
+-- A timer names a state and a topic: "delay,<topic>" for its delayed jobs,
+-- "reserved,<topic>" for its leases.
+for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'LIMIT', 0, 100)) do
   if handled >= budget then
     break
   end
+  local state, topic = string.match(timer, '^(%a+),(.*)$')
+  local key = state == 'delay' and KEYS[3] or KEYS[4]
   local asked = budget - handled
   local lo, hi = topic_range(topic, now)
-  local due = redis.call('ZRANGEBYLEX', KEYS[3], lo, hi, 'LIMIT', 0, asked)
-  local leases = {}
-  local complete = #due < asked
-  if complete then
-    leases = redis.call('ZRANGEBYLEX', KEYS[4], lo, hi, 'LIMIT', 0, asked - #due)
-    complete = #leases < asked - #due
-  end
+  local entries = redis.call('ZRANGEBYLEX', key, lo, hi, 'LIMIT', 0, asked)
   local ids = {}
-  for i, m in ipairs(due) do
-    ids[i] = id_of(m, KEYS[3])
-  end
-  for _, m in ipairs(leases) do
-    ids[#ids + 1] = id_of(m, KEYS[4])
+  for i, m in ipairs(entries) do
+    ids[i] = id_of(m, key)
   end
   get_many(ids)
-  for i, m in ipairs(due) do
+  for i, m in ipairs(entries) do
     local id = ids[i]
-    local job = get(id)
-    if job and job.s == 'delay' and member(id, job) == m then
-      local t = tonumber(job.x)
-      if oldest < 0 or t < oldest then
-        oldest = t
-      end
-      make_ready(id, job)
-    else
-      index_op(KEYS[3], m, false) -- an entry no job matches: drop it
+    -- due: the due time of a delayed job made ready, false for an entry no
+    -- job matches.
+    local due
+    local raw = state == 'delay' and get_raw(id)
+    if raw then
+      due = make_ready_raw(id, raw, m)
     end
-  end
-  for i, m in ipairs(leases) do
-    local id = ids[#due + i]
-    local job = get(id)
-    if job and job.s == 'reserved' and member(id, job) == m then
-      expired[#expired + 1] = topic
-      expired[#expired + 1] = fail_delivery(id, job, 'ttr-expired', tonumber(job.x), nil, now)
-    else
-      index_op(KEYS[4], m, false)
-    end
-  end
-  handled = handled + #due + #leases
-  -- Handled in full: the topic's next time here is its first delayed job
-  -- or lease end after now (jobs this call rescheduled are added to timers
-  -- by the flush). Otherwise its timer stays due, for the next call.
-  if complete then
-    local next_at
-    local after, last = '[' .. topic .. ',' .. time13(now + 1) .. ',', '(' .. topic .. '-'
-    for _, index in ipairs({KEYS[3], KEYS[4]}) do
-      local first = redis.call('ZRANGEBYLEX', index, after, last, 'LIMIT', 0, 1)
-      if #first > 0 then
-        local at = tonumber(string.match(first[1], ',(%d+),', #topic + 1))
-        if not next_at or at < next_at then
-          next_at = at
-        end
+    if due == nil then
+      local job = get(id)
+      if not job or job.s ~= state or member(id, job) ~= m then
+        due = false
+      elseif state == 'delay' then
+        due = tonumber(job.x)
+        make_ready(id, job)
+      else
+        expired[#expired + 1] = topic
+        expired[#expired + 1] = fail_delivery(id, job, 'ttr-expired', tonumber(job.x), nil, now)
       end
     end
-    if next_at then
-      redis.call('ZADD', KEYS[7], int(next_at), topic)
+    if due == false then
+      index_op(key, m, false) -- an entry no job matches: drop it
+    elseif due and (oldest < 0 or due < oldest) then
+      oldest = due
+    end
+  end
+  handled = handled + #entries
+  -- Handled in full: the timer's next time is its first entry after now
+  -- (jobs this call rescheduled are added to timers by the flush), or it
+  -- goes. Otherwise it stays due, for the next call.
+  if #entries < asked then
+    local first = redis.call('ZRANGEBYLEX', key, '[' .. topic .. ',' .. time13(now + 1) .. ',', '(' .. topic .. '-', 'LIMIT', 0, 1)
+    if #first > 0 then
+      redis.call('ZADD', KEYS[7], string.match(first[1], ',(%d+),', #topic + 1), timer)
     else
-      redis.call('ZREM', KEYS[7], topic)
+      redis.call('ZREM', KEYS[7], timer)
     end
   end
 end

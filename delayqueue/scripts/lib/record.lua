@@ -14,13 +14,13 @@
 --   5 dead      ZSET (scores 0) "topic,<death ms>,id"
 --   6 hooks     ZSET (scores 0) "<position>,id": ready jobs with a callback,
 --               for the webhook dispatchers, never for /pop
---   7 timers    ZSET topic -> ms: no job of the topic here is due, nor its
---               lease over, before that time (a lower bound the scanner
---               raises)
+--   7 timers    ZSET "delay,<topic>" -> ms: no delayed job of the topic
+--               here is due before that time (a lower bound the scanner
+--               raises); "reserved,<topic>" the same for its leases
 --   8 counts    HASH "<state>,<topic>" -> jobs in that state; "dropped,<topic>"
 --               -> its dead letters dropped over the cap or the ttl, while
---               it holds jobs; "dropped" -> all dropped; "seq" -> the last
---               ready position handed out
+--               it has dead letters; "dropped" -> all dropped; "seq" -> the
+--               last ready position handed out
 --   9 bodies    HASH id -> body, for bodies longer than BODY_INLINE bytes
 --   10 hookwake LIST of tokens that wake the webhook dispatchers
 --   11.. the wake-up lists of the topics named in the ARGV header: LISTs of

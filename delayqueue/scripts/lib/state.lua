@@ -13,8 +13,8 @@
 -- other pending changes, each an ordered map (a key's first write appends
 -- it to the array part), made when first needed: index[key] (member ->
 -- present), bodies (id -> body, or false to delete), counts ("<state>,
--- <topic>" -> delta), timers (topic -> earliest time), signals (wake-up list
--- -> tokens) and unsignaled (topic -> tokens, for topics whose wake-up list
+-- <topic>" -> delta), timers ("delay|reserved,<topic>" -> earliest time),
+-- signals (wake-up list -> tokens) and unsignaled (topic -> tokens, for topics whose wake-up list
 -- the call was not given).
 local cache, dirty = {}, {}
 local pend = {}
@@ -110,9 +110,10 @@ local function enter_as(id, s, x, topic, f)
   index_op(index_for(s, f), member_for(id, s, x, topic, f), true)
   count(s .. ',' .. topic, 1)
   if s == 'delay' or s == 'reserved' then
-    local timers, t = pending('timers'), tonumber(x)
-    if not timers[topic] or t < timers[topic] then
-      note(timers, topic, t)
+    -- Its timer is named as its counter is.
+    local timers, timer, t = pending('timers'), s .. ',' .. topic, tonumber(x)
+    if not timers[timer] or t < timers[timer] then
+      note(timers, timer, t)
     end
   end
 end
@@ -264,6 +265,7 @@ local INDEXES = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
 -- record is dropped by whoever reads it next. Then it cleans up after the
 -- topics the call emptied here: no counter, timer or wake-up list stays
 -- (a wake-up list the call was not given expires, see WAKE_TTL_MS).
+-- It returns the counters it changed, each field with its new value.
 local function flush()
   local index = pend.index
   if index then
@@ -336,36 +338,31 @@ local function flush()
   end
   -- Increments first, so that a topic's counters never look empty halfway.
   -- A counter down to 0 goes, and what the topic kept for that state with
-  -- it: its wake-up tokens with its last ready job, its timer with its
-  -- last delayed or reserved one, its dropped dead letters' count with its
-  -- last job.
-  local counts = pend.counts
+  -- it: its wake-up tokens with its last ready job, its timer for delayed
+  -- jobs or leases with the last of those, its dropped dead letters' count
+  -- with its last dead letter. Each is named by the counter's field, so
+  -- none needs a read.
+  local counts, left = pend.counts, {}
   if counts then
-    local emptied = {}
     for _, sign in ipairs({1, -1}) do
       for _, field in ipairs(counts) do
         local d = counts[field]
-        if d * sign > 0 and redis.call('HINCRBY', KEYS[8], field, d) <= 0 then
+        local n = d * sign > 0 and redis.call('HINCRBY', KEYS[8], field, d)
+        left[field] = n or left[field]
+        if n and n <= 0 then
           redis.call('HDEL', KEYS[8], field)
           local state, topic = string.match(field, '^(%a+),(.*)$')
-          if state == 'ready' and WAKE[topic] then
+          if state == 'ready' then
             -- Tokens say a job is ready: with none, they would only lie.
-            redis.call('DEL', WAKE[topic])
-          end
-          if topic and not emptied[topic] then
-            emptied[topic] = true
-            emptied[#emptied + 1] = topic
+            if WAKE[topic] then
+              redis.call('DEL', WAKE[topic])
+            end
+          elseif state == 'delay' or state == 'reserved' then
+            redis.call('ZREM', KEYS[7], field)
+          elseif state == 'dead' then
+            redis.call('HDEL', KEYS[8], 'dropped,' .. topic)
           end
         end
-      end
-    end
-    for _, topic in ipairs(emptied) do
-      local f = redis.call('HMGET', KEYS[8], 'delay,' .. topic, 'ready,' .. topic, 'reserved,' .. topic, 'dead,' .. topic)
-      if not f[1] and not f[3] then
-        redis.call('ZREM', KEYS[7], topic)
-      end
-      if not f[1] and not f[2] and not f[3] and not f[4] then
-        redis.call('HDEL', KEYS[8], 'dropped,' .. topic)
       end
     end
   end
@@ -377,6 +374,7 @@ local function flush()
   end
   cache, dirty = {}, {}
   pend = {unsignaled = pend.unsignaled}
+  return left
 end
 
 -- unsignaled_reply appends to reply the topics made ready whose wake-up
