@@ -28,13 +28,14 @@ local function reserve(id, m, topic)
       local tail = string.sub(raw, at + tl)
       local ttr, rl, cl, bl, bat = string.match(tail, '^(%d+),%d+,%d+,(%d+),(%d+),(%-?%d+):()')
       local lease = time13(now + tonumber(ttr) * 1000)
-      f = tonumber(f)
+      local flags = tonumber(f)
       a = a + 1
-      leave_as(id, 'ready', x, topic, f)
-      enter_as(id, 'reserved', lease, topic, f)
-      put(id, record('reserved', int(a), d, lease, f, topic, x .. ',0,0,0,0:', tail))
+      leave_as(id, 'ready', x, topic, flags)
+      enter_as(id, 'reserved', lease, topic, flags)
+      -- The extra part keeps the ready position (16 digits, so 25 bytes).
+      put(id, record('reserved', int(a), d, lease, f, topic, x .. ',0,0,0,0:', tail, tl, #x == 16 and '25' or nil))
       local body
-      if f >= 2 then
+      if flags >= 2 then
         body = redis.call('HGET', KEYS[9], id) or ''
       else
         body = string.sub(tail, bat + rl + cl)
@@ -72,7 +73,7 @@ for _ = 1, requests do
     end
     local topic = ARGV[i]
     local lo, hi = topic_range(topic)
-    local members = redis.call('ZRANGEBYLEX', KEYS[2], lo, hi, 'LIMIT', taken[topic] or 0, want - claimed)
+    local members = redis.call('ZRANGEBYLEX', KEYS[2], lo, hi, 'LIMIT', int(taken[topic] or 0), int(want - claimed))
     if #members > 0 then
       taken[topic] = (taken[topic] or 0) + #members
       local ids = {}

@@ -16,7 +16,7 @@ local handled, oldest = 0, -1
 local expired = {}
 -- A timer names a state and a topic: "delay,<topic>" for its delayed jobs,
 -- "reserved,<topic>" for its leases.
-for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'LIMIT', 0, 100)) do
+for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'LIMIT', '0', '100')) do
   if handled >= budget then
     break
   end
@@ -24,7 +24,7 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
   local key = state == 'delay' and KEYS[3] or KEYS[4]
   local asked = budget - handled
   local lo, hi = topic_range(topic, now)
-  local entries = redis.call('ZRANGEBYLEX', key, lo, hi, 'LIMIT', 0, asked)
+  local entries = redis.call('ZRANGEBYLEX', key, lo, hi, 'LIMIT', '0', int(asked))
   local ids = {}
   for i, m in ipairs(entries) do
     ids[i] = id_of(m, key)
@@ -62,7 +62,7 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
   -- (jobs this call rescheduled are added to timers by the flush), or it
   -- goes. Otherwise it stays due, for the next call.
   if #entries < asked then
-    local first = redis.call('ZRANGEBYLEX', key, '[' .. topic .. ',' .. time13(now + 1) .. ',', '(' .. topic .. '-', 'LIMIT', 0, 1)
+    local first = redis.call('ZRANGEBYLEX', key, '[' .. topic .. ',' .. time13(now + 1) .. ',', '(' .. topic .. '-', 'LIMIT', '0', '1')
     if #first > 0 then
       redis.call('ZADD', KEYS[7], string.match(first[1], ',(%d+),', #topic + 1), timer)
     else

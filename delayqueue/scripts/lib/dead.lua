@@ -29,12 +29,12 @@ end
 -- (ARGV[3]) for a topic. The pending changes must have been flushed.
 local function trim_dead(topic, now)
   local lo, hi = topic_range(topic, now - tonumber(ARGV[3]))
-  local dropped = drop_dead(topic, redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', 0, 100))
+  local dropped = drop_dead(topic, redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', '0', '100'))
   flush()
   local over = tonumber(redis.call('HGET', KEYS[8], 'dead,' .. topic) or '0') - tonumber(ARGV[2])
   if over > 0 then
     lo, hi = topic_range(topic)
-    dropped = dropped + drop_dead(topic, redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', 0, over))
+    dropped = dropped + drop_dead(topic, redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', '0', int(over)))
     flush()
   end
   return dropped
@@ -62,7 +62,7 @@ end
 -- dead_ids is the n oldest dead letters of a topic.
 local function dead_ids(topic, n)
   local lo, hi = topic_range(topic)
-  local members = redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', 0, n)
+  local members = redis.call('ZRANGEBYLEX', KEYS[5], lo, hi, 'LIMIT', '0', int(n))
   for i, m in ipairs(members) do
     members[i] = id_of(m, KEYS[5])
   end

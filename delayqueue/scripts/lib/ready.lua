@@ -7,7 +7,7 @@ local positions_left, next_position = 0, 0
 local function ready_position()
   if positions_left == 0 then
     positions_left = 64
-    next_position = redis.call('HINCRBY', KEYS[8], 'seq', positions_left) - positions_left
+    next_position = redis.call('HINCRBY', KEYS[8], 'seq', '64') - positions_left
   end
   positions_left = positions_left - 1
   next_position = next_position + 1
@@ -38,12 +38,12 @@ local function make_ready_raw(id, raw, m)
   if xl ~= '0' then
     return nil
   end
-  f = tonumber(f)
+  local flags = tonumber(f)
   local pos = ready_position()
-  leave_as(id, 'delay', x, topic, f)
-  enter_as(id, 'ready', pos, topic, f)
-  put(id, record('ready', a, d, pos, f, topic, '', string.sub(raw, at + tl)))
-  if f % 2 == 1 then
+  leave_as(id, 'delay', x, topic, flags)
+  enter_as(id, 'ready', pos, topic, flags)
+  put(id, record('ready', a, d, pos, f, topic, '', string.sub(raw, at + tl), tl, '0'))
+  if flags % 2 == 1 then
     signal(nil, 1)
   else
     signal(topic, 1)

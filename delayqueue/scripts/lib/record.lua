@@ -59,6 +59,8 @@ end
 
 -- int renders a number as a decimal integer string (Redis' Lua and
 -- miniredis' Lua print large numbers differently; this prints both alike).
+-- Commands get their numbers as strings: Redis prints a number argument as
+-- a float, which costs a small command as much as its own work.
 local function int(n)
   return string.format('%d', n)
 end
@@ -92,8 +94,11 @@ end
 -- their work: HEAD matches a record's head, and record builds one.
 local HEAD = '^(%a+),(%d+),(%d+),(%d+),(%d),(%d+),(%d+):()'
 
-local function record(s, a, d, x, f, topic, extra, tail)
-  return s .. ',' .. a .. ',' .. d .. ',' .. x .. ',' .. f .. ',' .. #topic .. ',' .. #extra .. ':' .. topic .. extra .. tail
+-- (tl and xl, the lengths of topic and extra as text, save printing them
+-- when the caller has them.)
+local function record(s, a, d, x, f, topic, extra, tail, tl, xl)
+  return s .. ',' .. a .. ',' .. d .. ',' .. x .. ',' .. f .. ',' .. (tl or #topic) .. ',' .. (xl or #extra) .. ':' ..
+    topic .. extra .. tail
 end
 
 local function decode(raw)

@@ -213,7 +213,7 @@ end
 -- A wake-up list expires this long after it was made: tokens only wake,
 -- so a list nobody pops from must not stay behind. (Waiters empty a list
 -- they pop from, and the next token makes it anew.)
-local WAKE_TTL_MS = 60000
+local WAKE_TTL_MS = '60000'
 
 -- signal_key adds up to n tokens to a wake-up list, which keeps at most
 -- the cap (ARGV[1]).
@@ -347,7 +347,7 @@ local function flush()
     for _, sign in ipairs({1, -1}) do
       for _, field in ipairs(counts) do
         local d = counts[field]
-        local n = d * sign > 0 and redis.call('HINCRBY', KEYS[8], field, d)
+        local n = d * sign > 0 and redis.call('HINCRBY', KEYS[8], field, d == 1 and '1' or d == -1 and '-1' or int(d))
         left[field] = n or left[field]
         if n and n <= 0 then
           redis.call('HDEL', KEYS[8], field)
