@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,21 +12,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
-	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
-
-// Redis reaches the server that holds a key: the one Redis, or the
-// cluster primary serving the key's hash slot. *redisconn.Client
-// implements it.
-type Redis interface {
-	// Do runs f on a pooled connection to the server holding key,
-	// following cluster redirections.
-	Do(ctx context.Context, key string, f func(redis.Conn) error) error
-	// Dial opens a connection of its own to the server holding key, for a
-	// blocking loop.
-	Dial(ctx context.Context, key string) (redis.Conn, error)
-}
 
 // Options configure a Queue.
 type Options struct {
@@ -284,40 +269,6 @@ func loadAll(c redis.Conn, all []*redis.Script) error {
 // engine serves.
 func (q *Queue) Started() <-chan struct{} { return q.ready }
 
-// startWait bounds how long a call waits for Run to finish bringing older
-// layouts' jobs over; an empty database takes milliseconds.
-const startWait = 10 * time.Second
-
-// started waits until Run has finished the migrations, for up to
-// startWait or until ctx ends, and then returns ErrStarting.
-func (q *Queue) started(ctx context.Context) error {
-	select {
-	case <-q.ready:
-		return nil
-	default:
-	}
-	t := time.NewTimer(startWait)
-	defer t.Stop()
-	select {
-	case <-q.ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return ErrStarting
-	}
-}
-
-// isStarted reports whether Run has finished the migrations.
-func (q *Queue) isStarted() bool {
-	select {
-	case <-q.ready:
-		return true
-	default:
-		return false
-	}
-}
-
 // StopWaiting answers every held Pop at once with no job, and makes later
 // Pops return without holding. Called first on shutdown.
 func (q *Queue) StopWaiting() {
@@ -326,50 +277,6 @@ func (q *Queue) StopWaiting() {
 
 // Partitions is the number of partitions the queue spreads jobs over.
 func (q *Queue) Partitions() int { return len(q.partitions) }
-
-// withConn runs f on a pooled connection to the server holding key and
-// records whether Redis answered. Failures to reach Redis come back
-// wrapped in ErrUnavailable.
-func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) error) error {
-	err := q.rdb.Do(ctx, key, f)
-	if err == nil {
-		q.noteRedis(nil)
-		return nil
-	}
-	var redisErr redis.Error
-	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
-		// Redis answered, with an error: a bug or a misuse, not an outage.
-		q.noteRedis(nil)
-		return err
-	}
-	q.noteRedis(err)
-	if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) || errors.Is(err, context.Canceled) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
-
-// transientRedisError tells the error replies that mean "Redis can't serve
-// now" (loading its data, a replica after a failover, a busy script, a
-// cluster reconfiguring) from real errors.
-func transientRedisError(err redis.Error) bool { return redisconn.IsTransientReply(err) }
-
-// noteRedis logs the loss and the recovery of Redis once each.
-func (q *Queue) noteRedis(err error) {
-	if err == nil {
-		if q.redisDown.CompareAndSwap(true, false) {
-			q.log.Info("redis is reachable again")
-		}
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return
-	}
-	q.obs.RedisError()
-	if q.redisDown.CompareAndSwap(false, true) {
-		q.log.Error("redis is unreachable", "err", err)
-	}
-}
 
 // Ping checks that Redis answers, on every partition's server.
 func (q *Queue) Ping(ctx context.Context) error {
@@ -403,19 +310,4 @@ func (q *Queue) eachPartition(ctx context.Context, f func(p *partition) error) e
 		}
 	}
 	return nil
-}
-
-// allDown reports whether every partition is marked down.
-func (q *Queue) allDown() bool {
-	for _, p := range q.partitions {
-		if !p.isDown() {
-			return false
-		}
-	}
-	return true
-}
-
-// partitionOf is the partition holding the job with id.
-func (q *Queue) partitionOf(id string) *partition {
-	return q.partitions[partitionNumber(id, len(q.partitions))-1]
 }

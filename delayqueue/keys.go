@@ -182,3 +182,14 @@ func (k keySchema) v1DeadDropped() string { return k.prefix + "dead_dropped" }
 func (k keySchema) v1Hooks() string { return k.prefix + "hooks" }
 
 func (k keySchema) v1HookWake() string { return k.prefix + "wake_hooks" }
+
+// partitionOf is the partition holding the job with id.
+func (q *Queue) partitionOf(id string) *partition {
+	return q.partitions[partitionNumber(id, len(q.partitions))-1]
+}
+
+// key is the partition's first key: the one routing its calls.
+func (p *partition) key() string { return p.keys[keyJobs].(string) }
+
+// keyAt is the partition's key at index i (keyJobs...).
+func (p *partition) keyAt(i int) string { return p.keys[i].(string) }

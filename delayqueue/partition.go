@@ -2,11 +2,7 @@ package delayqueue
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
-	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // partition is one of the Queue's partitions: its hash tag and keys, the
@@ -53,32 +49,4 @@ func newPartition(q *Queue, number, loops int) *partition {
 	p.finishes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.finish))
 	p.deletes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.remove))
 	return p
-}
-
-// key is the partition's first key: the one routing its calls.
-func (p *partition) key() string { return p.keys[keyJobs].(string) }
-
-// keyAt is the partition's key at index i (keyJobs...).
-func (p *partition) keyAt(i int) string { return p.keys[i].(string) }
-
-// downFor is how long Pops leave out a partition whose Redis did not
-// answer.
-const downFor = time.Second
-
-// noteError marks the partition down when err says its Redis did not
-// answer.
-func (p *partition) noteError(err error) {
-	if errors.Is(err, ErrUnavailable) {
-		p.downUntil.Store(time.Now().Add(downFor).UnixNano())
-	}
-}
-
-func (p *partition) isDown() bool { return time.Now().UnixNano() < p.downUntil.Load() }
-
-// withConn runs f on a pooled connection to the partition's Redis, and
-// marks the partition down when that Redis does not answer.
-func (p *partition) withConn(ctx context.Context, f func(redis.Conn) error) error {
-	err := p.q.withConn(ctx, p.key(), f)
-	p.noteError(err)
-	return err
 }

@@ -1,7 +1,6 @@
 package delayqueue
 
 import (
-	"context"
 	"embed"
 	"fmt"
 	"strings"
@@ -149,69 +148,4 @@ func loadScripts(checkKeys bool) (scripts, error) {
 func (s scripts) partitionScripts() []*redis.Script {
 	return []*redis.Script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.release, s.touch,
 		s.kick, s.deadDelete, s.deadSweep, s.get, s.signal, s.claimHook}
-}
-
-// call is one script call on a partition: the partition's keys, then the
-// wake-up lists of topics, and the script's own arguments.
-func (q *Queue) call(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
-	return q.callScript(ctx, p, false, script, topics, args...)
-}
-
-// callAck is call for changes acknowledged to a client (push, finish,
-// delete, release, kick...): with Options.WaitReplicas set, it also waits
-// until that many replicas of the partition's primary have the change, and
-// fails with ErrNotReplicated when they don't in time, so that the client
-// retries rather than trusting a change a failover could lose.
-func (q *Queue) callAck(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
-	return q.callScript(ctx, p, q.opts.WaitReplicas > 0, script, topics, args...)
-}
-
-func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script *redis.Script, topics []string, args ...any) (any, error) {
-	all := make([]any, 0, 1+len(p.keys)+len(topics)+len(q.argvHeader)+1+len(topics)+len(args))
-	all = append(all, len(p.keys)+len(topics))
-	all = append(all, p.keys...)
-	for _, t := range topics {
-		all = append(all, q.keys.wake(p.tag, t))
-	}
-	all = append(all, q.argvHeader...)
-	all = append(all, len(topics))
-	for _, t := range topics {
-		all = append(all, t)
-	}
-	all = append(all, args...)
-	var reply any
-	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
-		var err error
-		reply, err = script.Do(c, all...)
-		if err != nil || !wait {
-			return err
-		}
-		return q.waitReplicas(c)
-	})
-	return reply, err
-}
-
-// waitReplicas runs WAIT on c, after a change made on it.
-func (q *Queue) waitReplicas(c redis.Conn) error {
-	acked, err := redis.Int(c.Do("WAIT", q.opts.WaitReplicas, q.opts.WaitTimeout.Milliseconds()))
-	if err != nil {
-		return err
-	}
-	if acked < q.opts.WaitReplicas {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, q.opts.WaitReplicas, q.opts.WaitTimeout)
-	}
-	return nil
-}
-
-// scriptHeader is the start of the ARGV every script expects (see
-// scripts/lib.lua), made once: its values are boxed once, not per call.
-// The wake-up topics follow it, per call.
-func scriptHeader(opts Options) []any {
-	return []any{wakeTokenCap, deadMaxPerPartition(opts), opts.DeadTTL.Milliseconds()}
-}
-
-// deadMaxPerPartition is dead_max_per_topic shared out over the partitions
-// (rounded up): a topic's dead letters spread over them as its jobs do.
-func deadMaxPerPartition(opts Options) int {
-	return (opts.DeadMaxPerTopic + opts.BucketSize - 1) / opts.BucketSize
 }

@@ -1,9 +1,21 @@
 package delayqueue
 
+// waiters.go: held Pops. A held Pop is a waiter in this process's FIFO of
+// each of its topics (waiterRegistry); the dispatch loops of every
+// partition wait on that partition's wake-up lists for those topics, and
+// claim for the first waiters when a token comes (dispatchLoop).
+
 import (
 	"container/list"
+	"context"
+	"errors"
+	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 // A waiter is one held Pop. It sits in the FIFO of each of its topics until
@@ -247,4 +259,316 @@ func (r *waiterRegistry) hookToken() {
 	defer r.mu.Unlock()
 	close(r.hooks.changed)
 	r.hooks.changed = make(chan struct{})
+}
+
+// dispatchLoop is one shared blocking loop of a partition. It waits with
+// BLPOP on the partition's wake-up lists of the topics it serves that have
+// held Pops in this process (a BLPOP waits on the keys of one slot, so a
+// loop serves one partition), and for each token claims a job there for
+// the first waiter of that topic. Loop 0 also listens for callback jobs
+// while a webhook dispatcher of this process waits. A few loops per
+// partition serve any number of waiters and topics, so held Pops cost no
+// Redis connection each.
+//
+// Tokens only wake; the claim script decides. A token lost with a killed
+// process delays a wake-up by at most one blocking timeout, after which the
+// loop tries every topic it serves anyway.
+type dispatchLoop struct {
+	q       *Queue
+	p       *partition
+	index   int
+	control string
+	changed chan struct{}
+
+	mu      sync.Mutex
+	blocked bool
+}
+
+func newDispatchLoop(q *Queue, p *partition, index int) *dispatchLoop {
+	return &dispatchLoop{q: q, p: p, index: index, control: q.keys.control(p.tag, q.instance, index),
+		changed: q.waiters.listen(index)}
+}
+
+func (l *dispatchLoop) setBlocked(b bool) {
+	l.mu.Lock()
+	l.blocked = b
+	l.mu.Unlock()
+}
+
+func (l *dispatchLoop) isBlocked() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.blocked
+}
+
+// controlTTL bounds the life of a control list: a process killed with a
+// token in it leaves nothing for long.
+const controlTTL = 60 * time.Second
+
+// interrupt ends the loop's current BLPOP so it listens to a new topic.
+func (l *dispatchLoop) interrupt() {
+	if !l.isBlocked() {
+		return // it reads its topics again before it blocks
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = l.q.withConn(ctx, l.control, func(c redis.Conn) error {
+		if err := c.Send("LPUSH", l.control, "1"); err != nil {
+			return err
+		}
+		_, err := c.Do("PEXPIRE", l.control, controlTTL.Milliseconds())
+		return err
+	})
+}
+
+// listensForHooks reports whether the loop waits for callback tokens now.
+func (l *dispatchLoop) listensForHooks() bool {
+	return l.index == 0 && l.q.waiters.hooksWanted()
+}
+
+func (l *dispatchLoop) run(ctx context.Context) {
+	health := l.q.health.start(LoopDispatcher)
+	defer health.stop()
+	var conn redis.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	block := dispatchBlock(l.q.opts)
+	backoff := 100 * time.Millisecond
+	hookKey := l.p.keyAt(keyHookWake)
+	wakePrefix := l.q.keys.wakePrefix(l.p.tag)
+	for ctx.Err() == nil {
+		l.setBlocked(true)
+		topics := l.q.waiters.topicsOf(l.index)
+		hooks := l.listensForHooks()
+		if len(topics) == 0 && !hooks {
+			l.setBlocked(false)
+			health.idle()
+			select {
+			case <-l.changed:
+			case <-ctx.Done():
+			}
+			health.ok()
+			continue
+		}
+		if conn == nil {
+			c, err := l.q.rdb.Dial(ctx, l.control)
+			if err != nil {
+				l.setBlocked(false)
+				l.q.noteRedis(err)
+				health.failed("BLPOP", fmt.Errorf("%w: %w", ErrUnavailable, err))
+				sleepCtx(ctx, backoff)
+				backoff = min(backoff*2, block)
+				continue
+			}
+			conn = c
+		}
+		args := make([]any, 0, len(topics)+3)
+		for _, t := range topics {
+			args = append(args, l.q.keys.wake(l.p.tag, t))
+		}
+		if hooks {
+			args = append(args, hookKey)
+		}
+		args = append(args, l.control, int(block/time.Second))
+		reply, err := redis.Strings(redis.DoWithTimeout(conn, block+5*time.Second, "BLPOP", args...))
+		l.setBlocked(false)
+		switch {
+		case err == redis.ErrNil:
+			// Timed out: the safety net. Serve every topic that has ready
+			// jobs here, in case a token was lost with a killed process or
+			// a dropped connection.
+			l.q.noteRedis(nil)
+			if hooks {
+				l.q.waiters.hookToken()
+			}
+			var ready []string
+			if ready, err = l.readyTopics(ctx, topics); err == nil {
+				err = l.serveEvery(ctx, ready, health)
+			}
+		case err != nil:
+			// Also a BLPOP unblocked because its slot moved (MOVED): the
+			// next Dial finds the new owner.
+			conn.Close()
+			conn = nil
+			loopErr := blockingError(err)
+			if errors.Is(loopErr, ErrUnavailable) {
+				l.q.noteRedis(err)
+			} else {
+				l.q.noteRedis(nil) // Redis answered, with an error
+			}
+			health.failed("BLPOP", loopErr)
+			sleepCtx(ctx, backoff)
+			backoff = min(backoff*2, block)
+			continue
+		default:
+			backoff = 100 * time.Millisecond
+			l.q.noteRedis(nil)
+			switch key := reply[0]; {
+			case key == l.control:
+			case key == hookKey:
+				l.q.waiters.hookToken()
+			default:
+				_, err = l.serve(ctx, strings.TrimPrefix(key, wakePrefix))
+			}
+		}
+		if err != nil {
+			health.failed("claim.lua", err)
+			continue
+		}
+		health.ok()
+	}
+}
+
+// dispatchBlock is how long one BLPOP of a dispatch loop blocks: the scan
+// interval, in whole seconds, at least one.
+func dispatchBlock(opts Options) time.Duration {
+	return max(opts.ScanInterval.Truncate(time.Second), time.Second)
+}
+
+// blockingError is err, of a loop's own connection, wrapped in
+// ErrUnavailable unless Redis answered it (as withConn does for pooled
+// ones).
+func blockingError(err error) error {
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// readyTopics returns those of topics that have ready jobs in the
+// partition: one cheap read per topic, pipelined, where a claim would cost
+// a script call per topic.
+func (l *dispatchLoop) readyTopics(ctx context.Context, topics []string) ([]string, error) {
+	var ready []string
+	err := l.q.withConn(ctx, l.p.key(), func(c redis.Conn) error {
+		readyKey := l.p.keyAt(keyReady)
+		for _, t := range topics {
+			lo, hi := topicRange(t)
+			if err := c.Send("ZRANGEBYLEX", readyKey, lo, hi, "LIMIT", 0, 1); err != nil {
+				return err
+			}
+		}
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		for _, t := range topics {
+			members, err := redis.Strings(c.Receive())
+			if err != nil {
+				return err
+			}
+			if len(members) > 0 {
+				ready = append(ready, t)
+			}
+		}
+		return nil
+	})
+	return ready, err
+}
+
+// serveEvery serves every topic until none hands out a job. Each serve
+// that handed some out counts as a round, so that a long burst does not
+// make the loop look stuck.
+func (l *dispatchLoop) serveEvery(ctx context.Context, topics []string, health *loopRun) error {
+	for _, t := range topics {
+		for {
+			served, err := l.serve(ctx, t)
+			if err != nil {
+				return err
+			}
+			if !served {
+				break
+			}
+			health.ok()
+		}
+	}
+	return nil
+}
+
+// serveRounds bounds the claim rounds of one serve, so that a topic with a
+// long burst does not keep a loop from its other topics: the burst's
+// remaining tokens bring the loop back to it.
+const serveRounds = 10
+
+// serve claims jobs of the partition for the waiters of topic, first come
+// first served. A token says a job is ready, not how many: serve claims
+// for the first waiter, and while every waiter of a round got all it asked
+// for (more may be ready, as in a burst), for twice as many waiters in the
+// next round, all in one script call. It reports whether a job was handed
+// out, and the error of a claim that failed.
+//
+// One loop at a time serves a topic, whatever its partition: a loop holds
+// the waiters it checked out while it claims, and another partition's loop
+// would otherwise serve the waiters behind them first.
+func (l *dispatchLoop) serve(ctx context.Context, topic string) (bool, error) {
+	unlock := l.q.waiters.serving(topic)
+	defer unlock()
+	served := false
+	for round, jobs := 0, 1; round < serveRounds; round, jobs = round+1, min(2*jobs, maxClaimsPerCall) {
+		ws := l.q.waiters.checkout(topic, jobs)
+		if len(ws) == 0 {
+			if !served {
+				l.returnToken(topic)
+			}
+			return served, nil
+		}
+		all, some, err := l.claimFor(ws)
+		served = served || some
+		if err != nil || !all || ctx.Err() != nil {
+			return served, err
+		}
+	}
+	return served, nil
+}
+
+// returnToken gives back a token the loop took for a topic whose waiters
+// left meanwhile, for other instances' waiters.
+func (l *dispatchLoop) returnToken(topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = l.q.call(ctx, l.p, l.q.scripts.signal, []string{topic}, 1)
+}
+
+// claimFor runs one claim on the partition for checked-out waiters and
+// hands each its jobs. Those left empty-handed queue again at the front,
+// in their order. all reports whether every waiter got as many jobs as it
+// asked for; some, whether any got one.
+func (l *dispatchLoop) claimFor(ws []*waiter) (all, some bool, err error) {
+	calls := make([]claimCall, len(ws))
+	for i, w := range ws {
+		calls[i] = claimCall{topics: w.topics, count: w.count}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	results, err := l.q.claimOn(ctx, l.p, calls)
+	if err != nil {
+		results = make([][]*Delivery, len(ws))
+	}
+	all = true
+	// Checked in last to first, so that they keep their order at the front.
+	for i := len(ws) - 1; i >= 0; i-- {
+		w, ds := ws[i], results[i]
+		if len(ds) < w.count {
+			all = false
+		}
+		if len(ds) == 0 {
+			l.q.wakeLoops(l.q.waiters.checkin(w, err))
+			continue
+		}
+		w.result <- popResult{deliveries: ds}
+		some = true
+	}
+	return all, some, err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -1,0 +1,205 @@
+package delayqueue
+
+// redis.go: how the engine reaches Redis. Every call goes through
+// withConn, which tells an outage from an error reply; every script call
+// through callScript, which passes the partition's keys and the script's
+// ARGV header. A partition whose Redis did not answer is marked down for a
+// moment, and job methods wait here for the start-up migration.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+)
+
+// Redis reaches the server that holds a key: the one Redis, or the
+// cluster primary serving the key's hash slot. *redisconn.Client
+// implements it.
+type Redis interface {
+	// Do runs f on a pooled connection to the server holding key,
+	// following cluster redirections.
+	Do(ctx context.Context, key string, f func(redis.Conn) error) error
+	// Dial opens a connection of its own to the server holding key, for a
+	// blocking loop.
+	Dial(ctx context.Context, key string) (redis.Conn, error)
+}
+
+// withConn runs f on a pooled connection to the server holding key and
+// records whether Redis answered. Failures to reach Redis come back
+// wrapped in ErrUnavailable.
+func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) error) error {
+	err := q.rdb.Do(ctx, key, f)
+	if err == nil {
+		q.noteRedis(nil)
+		return nil
+	}
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
+		// Redis answered, with an error: a bug or a misuse, not an outage.
+		q.noteRedis(nil)
+		return err
+	}
+	q.noteRedis(err)
+	if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// transientRedisError tells the error replies that mean "Redis can't serve
+// now" (loading its data, a replica after a failover, a busy script, a
+// cluster reconfiguring) from real errors.
+func transientRedisError(err redis.Error) bool { return redisconn.IsTransientReply(err) }
+
+// noteRedis logs the loss and the recovery of Redis once each.
+func (q *Queue) noteRedis(err error) {
+	if err == nil {
+		if q.redisDown.CompareAndSwap(true, false) {
+			q.log.Info("redis is reachable again")
+		}
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	q.obs.RedisError()
+	if q.redisDown.CompareAndSwap(false, true) {
+		q.log.Error("redis is unreachable", "err", err)
+	}
+}
+
+// allDown reports whether every partition is marked down.
+func (q *Queue) allDown() bool {
+	for _, p := range q.partitions {
+		if !p.isDown() {
+			return false
+		}
+	}
+	return true
+}
+
+// startWait bounds how long a call waits for Run to finish bringing older
+// layouts' jobs over; an empty database takes milliseconds.
+const startWait = 10 * time.Second
+
+// started waits until Run has finished the migrations, for up to
+// startWait or until ctx ends, and then returns ErrStarting.
+func (q *Queue) started(ctx context.Context) error {
+	select {
+	case <-q.ready:
+		return nil
+	default:
+	}
+	t := time.NewTimer(startWait)
+	defer t.Stop()
+	select {
+	case <-q.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return ErrStarting
+	}
+}
+
+// isStarted reports whether Run has finished the migrations.
+func (q *Queue) isStarted() bool {
+	select {
+	case <-q.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// downFor is how long Pops leave out a partition whose Redis did not
+// answer.
+const downFor = time.Second
+
+// noteError marks the partition down when err says its Redis did not
+// answer.
+func (p *partition) noteError(err error) {
+	if errors.Is(err, ErrUnavailable) {
+		p.downUntil.Store(time.Now().Add(downFor).UnixNano())
+	}
+}
+
+func (p *partition) isDown() bool { return time.Now().UnixNano() < p.downUntil.Load() }
+
+// withConn runs f on a pooled connection to the partition's Redis, and
+// marks the partition down when that Redis does not answer.
+func (p *partition) withConn(ctx context.Context, f func(redis.Conn) error) error {
+	err := p.q.withConn(ctx, p.key(), f)
+	p.noteError(err)
+	return err
+}
+
+// call is one script call on a partition: the partition's keys, then the
+// wake-up lists of topics, and the script's own arguments.
+func (q *Queue) call(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
+	return q.callScript(ctx, p, false, script, topics, args...)
+}
+
+// callAck is call for changes acknowledged to a client (push, finish,
+// delete, release, kick...): with Options.WaitReplicas set, it also waits
+// until that many replicas of the partition's primary have the change, and
+// fails with ErrNotReplicated when they don't in time, so that the client
+// retries rather than trusting a change a failover could lose.
+func (q *Queue) callAck(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
+	return q.callScript(ctx, p, q.opts.WaitReplicas > 0, script, topics, args...)
+}
+
+func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script *redis.Script, topics []string, args ...any) (any, error) {
+	all := make([]any, 0, 1+len(p.keys)+len(topics)+len(q.argvHeader)+1+len(topics)+len(args))
+	all = append(all, len(p.keys)+len(topics))
+	all = append(all, p.keys...)
+	for _, t := range topics {
+		all = append(all, q.keys.wake(p.tag, t))
+	}
+	all = append(all, q.argvHeader...)
+	all = append(all, len(topics))
+	for _, t := range topics {
+		all = append(all, t)
+	}
+	all = append(all, args...)
+	var reply any
+	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
+		var err error
+		reply, err = script.Do(c, all...)
+		if err != nil || !wait {
+			return err
+		}
+		return q.waitReplicas(c)
+	})
+	return reply, err
+}
+
+// waitReplicas runs WAIT on c, after a change made on it.
+func (q *Queue) waitReplicas(c redis.Conn) error {
+	acked, err := redis.Int(c.Do("WAIT", q.opts.WaitReplicas, q.opts.WaitTimeout.Milliseconds()))
+	if err != nil {
+		return err
+	}
+	if acked < q.opts.WaitReplicas {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, q.opts.WaitReplicas, q.opts.WaitTimeout)
+	}
+	return nil
+}
+
+// scriptHeader is the start of the ARGV every script expects (see
+// scripts/lib.lua), made once: its values are boxed once, not per call.
+// The wake-up topics follow it, per call.
+func scriptHeader(opts Options) []any {
+	return []any{wakeTokenCap, deadMaxPerPartition(opts), opts.DeadTTL.Milliseconds()}
+}
+
+// deadMaxPerPartition is dead_max_per_topic shared out over the partitions
+// (rounded up): a topic's dead letters spread over them as its jobs do.
+func deadMaxPerPartition(opts Options) int {
+	return (opts.DeadMaxPerTopic + opts.BucketSize - 1) / opts.BucketSize
+}
