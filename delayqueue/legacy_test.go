@@ -370,3 +370,24 @@ func TestImportLegacy(t *testing.T) {
 		}
 	})
 }
+
+// Whatever the bytes, the decoder returns; what it accepts, written back
+// as the original writes a job, reads the same.
+func FuzzDecodeLegacyJob(f *testing.F) {
+	job := originalJob{Topic: "order", Id: "a1", Delay: 1700000000, TTR: 120, Body: `{"uid":1}`}
+	f.Add(encodeOriginal(f, job, true))
+	f.Add(encodeOriginal(f, job, false))
+	f.Add(encodeOriginal(f, originalJobV03(job), true))
+	f.Add(marshal(f, []any{"t", "i", 5, 6.5, []byte("b"), nil}))
+	f.Add(marshal(f, map[string]any{"x": nested(map[string]any{"1": 1}, 7)}))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, err := decodeLegacyJob(raw)
+		if err != nil {
+			return
+		}
+		again, err := decodeLegacyJob(encodeOriginal(t, originalJob{got.Topic, got.ID, got.Delay, got.TTR, got.Body}, true))
+		if err != nil || again != got {
+			t.Fatalf("% x decoded as %s, but its re-encoding as %s, %v", truncate(raw), describe(got), describe(again), err)
+		}
+	})
+}
