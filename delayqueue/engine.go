@@ -38,7 +38,8 @@ type Options struct {
 	BucketName string // template with one %d: the partitions' tags, and the original's buckets
 	QueueName  string // template with one %s: the original's ready lists, for the import
 	KeyPrefix  string // namespace of the engine's keys; default defaults.KeyPrefix
-	// BlockTimeout is the longest a Pop may hold (queue_block_timeout).
+	// BlockTimeout is the longest a Pop may hold (queue_block_timeout); 0
+	// means defaults.QueueBlockTimeout.
 	BlockTimeout time.Duration
 	ScanInterval time.Duration // safety-net scan period; 0 means 1s
 	// MoveBatch bounds the jobs one move-due script call handles; 0 means 500.

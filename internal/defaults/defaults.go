@@ -26,7 +26,7 @@ const (
 	// KeyPrefix is key_prefix, the namespace of the engine's keys.
 	KeyPrefix = "dq_"
 	// QueueBlockTimeout is queue_block_timeout, the longest hold of a
-	// /pop: the original's 178 s, below redis.read_timeout's 180 s.
+	// /pop: the original's, below redis.read_timeout's default (config).
 	QueueBlockTimeout = 178 * time.Second
 	// MaxHeldPops is max_held_pops, the /pops one process holds at once.
 	MaxHeldPops = 20000
