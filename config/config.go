@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/defaults"
 )
 
 // EmbeddedHost is the redis.host value that asks for an in-process
@@ -28,8 +30,8 @@ type Config struct {
 	BindAddress string
 	// BucketSize is the number of partitions the jobs spread over
 	// (bucket_size); 0 when the file leaves it unset (or says 0): the count recorded
-	// in Redis is used then, else DefaultBucketSize, or
-	// DefaultClusterBucketSize on a Redis Cluster.
+	// in Redis is used then, else defaults.BucketSize, or
+	// defaults.ClusterBucketSize on a Redis Cluster.
 	BucketSize int
 	// BucketName is the bucket key template with one %d (bucket_name).
 	BucketName string
@@ -153,15 +155,6 @@ type Redis struct {
 	WaitTimeout time.Duration
 }
 
-// The partition counts used when bucket_size is unset and Redis has no
-// record of one: the original's 3 on one Redis; on a cluster, a multiple of
-// 1, 2, 3, 4 and 6 primaries, so that an evenly split cluster of those
-// sizes holds as many partitions on each primary.
-const (
-	DefaultBucketSize        = 3
-	DefaultClusterBucketSize = 12
-)
-
 // Cluster reports whether Redis is a cluster (redis.cluster_addrs).
 func (r Redis) Cluster() bool { return len(r.ClusterAddrs) > 0 }
 
@@ -172,33 +165,35 @@ func (r Redis) Sentinel() bool { return len(r.SentinelAddrs) > 0 }
 func (r Redis) Embedded() bool { return r.Host == EmbeddedHost }
 
 // Default returns the settings used when no file is given. The original's
-// keys keep the original's defaults.
+// keys keep the original's defaults. It lists every key's default: those
+// another package applies too come from internal/defaults, which owns
+// them; the others are written here only.
 func Default() Config {
 	return Config{
 		BindAddress:           "0.0.0.0:9277",
 		BucketSize:            0,
 		BucketName:            "dq_bucket_%d",
 		QueueName:             "dq_queue_%s",
-		QueueBlockTimeout:     178 * time.Second,
-		KeyPrefix:             "dq_",
-		MaxBodyBytes:          16 << 20,
-		MaxJobBodyBytes:       1 << 20,
+		QueueBlockTimeout:     defaults.QueueBlockTimeout,
+		KeyPrefix:             defaults.KeyPrefix,
+		MaxBodyBytes:          defaults.MaxBodyBytes,
+		MaxJobBodyBytes:       defaults.MaxJobBodyBytes,
 		ReadHeaderTimeout:     10 * time.Second,
 		ReadBodyTimeout:       120 * time.Second,
 		IdleTimeout:           240 * time.Second,
 		ShutdownTimeout:       30 * time.Second,
-		DeadMaxPerTopic:       10000,
-		DeadTTL:               7 * 24 * time.Hour,
+		DeadMaxPerTopic:       defaults.DeadMaxPerTopic,
+		DeadTTL:               defaults.DeadTTL,
 		LogLevel:              slog.LevelInfo,
 		LogFormat:             LogFormatText,
 		AuthToken:             "",
 		MetricsAuth:           false,
-		MetricsTopicLabels:    100,
-		MaxHeldPops:           20000,
+		MetricsTopicLabels:    defaults.MetricsTopicLabels,
+		MaxHeldPops:           defaults.MaxHeldPops,
 		DebugAddr:             "",
-		CallbackConcurrency:   32,
-		CallbackPerHost:       4,
-		CallbackShutdownGrace: 10 * time.Second,
+		CallbackConcurrency:   defaults.CallbackConcurrency,
+		CallbackPerHost:       defaults.CallbackPerHost,
+		CallbackShutdownGrace: defaults.CallbackShutdownGrace,
 		Redis: Redis{
 			Host:           "127.0.0.1:6379",
 			DB:             1,
@@ -209,7 +204,7 @@ func Default() Config {
 			ReadTimeout:    180000 * time.Millisecond,
 			WriteTimeout:   3000 * time.Millisecond,
 			WaitReplicas:   0,
-			WaitTimeout:    1000 * time.Millisecond,
+			WaitTimeout:    defaults.RedisWaitTimeout,
 		},
 	}
 }

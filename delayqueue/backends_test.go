@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
@@ -105,7 +106,7 @@ func (r *testRedis) queueOptions(opts Options) Options {
 		return opts
 	}
 	if opts.KeyPrefix == "" {
-		opts.KeyPrefix = defaultKeyPrefix
+		opts.KeyPrefix = defaults.KeyPrefix
 	}
 	opts.KeyPrefix = r.namespace + opts.KeyPrefix
 	opts.BucketName = r.namespace + opts.BucketName

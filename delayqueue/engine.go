@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/defaults"
 )
 
 // Options configure a Queue.
@@ -21,23 +23,25 @@ type Options struct {
 	BucketSize int
 	BucketName string // template with one %d: the partitions' tags, and the original's buckets
 	QueueName  string // template with one %s: the original's ready lists, for the import
-	KeyPrefix  string // namespace of the engine's keys; default "dq_"
-	// BlockTimeout is the longest a Pop may hold (queue_block_timeout).
+	KeyPrefix  string // namespace of the engine's keys; default defaults.KeyPrefix
+	// BlockTimeout is the longest a Pop may hold (queue_block_timeout); 0
+	// means defaults.QueueBlockTimeout.
 	BlockTimeout time.Duration
 	ScanInterval time.Duration // safety-net scan period; 0 means 1s
 	// MoveBatch bounds the jobs one move-due script call handles; 0 means 500.
 	MoveBatch int
 	// DeadMaxPerTopic caps each topic's dead letters, shared out over the
-	// partitions (the oldest are dropped); 0 means 10000.
+	// partitions (the oldest are dropped); 0 means defaults.DeadMaxPerTopic.
 	DeadMaxPerTopic int
-	// DeadTTL is how long dead letters are kept; 0 means 7 days.
+	// DeadTTL is how long dead letters are kept; 0 means defaults.DeadTTL.
 	DeadTTL time.Duration
 	// WaitReplicas, when above 0, makes every acknowledged change wait
-	// (Redis WAIT) until that many replicas have it, for up to WaitTimeout.
+	// (Redis WAIT) until that many replicas have it, for up to WaitTimeout
+	// (0 means defaults.RedisWaitTimeout).
 	WaitReplicas int
 	WaitTimeout  time.Duration
 	// MaxHeldPops bounds the Pops this process holds at once; beyond it
-	// Pop fails with ErrTooManyWaiters. 0 means 20000.
+	// Pop fails with ErrTooManyWaiters. 0 means defaults.MaxHeldPops.
 	MaxHeldPops int
 	// Observer receives events for metrics; nil ignores them.
 	Observer Observer
@@ -51,12 +55,7 @@ type Options struct {
 }
 
 const (
-	defaultKeyPrefix   = "dq_"
-	defaultMoveBatch   = 500
-	defaultMaxHeldPops = 20000
-	// DefaultBlockTimeout is queue_block_timeout's default, as in the
-	// original.
-	DefaultBlockTimeout = 178 * time.Second
+	defaultMoveBatch = 500
 	// loopsPerPartitionTotal is the blocking dispatch loops a process
 	// aims for in all; each partition gets at least one (see
 	// loopsPerPartition).
@@ -68,9 +67,6 @@ const (
 	batchSlots  = 2
 	// maxClaimsPerCall bounds the jobs one shared claim script may take.
 	maxClaimsPerCall = 500
-	// Dead letters kept per topic, and for how long.
-	defaultDeadMaxPerTopic = 10000
-	defaultDeadTTL         = 7 * 24 * time.Hour
 	// wakeTokenCap bounds a wake-up list: tokens only wake waiters, so
 	// more than there can be waiters is waste.
 	wakeTokenCap = 10000
@@ -120,7 +116,7 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 		return nil, fmt.Errorf("bucket name %q: must not contain { or }: it becomes the partitions' hash tags", opts.BucketName)
 	}
 	if opts.KeyPrefix == "" {
-		opts.KeyPrefix = defaultKeyPrefix
+		opts.KeyPrefix = defaults.KeyPrefix
 	}
 	if opts.ScanInterval <= 0 {
 		opts.ScanInterval = time.Second
@@ -129,22 +125,22 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 		opts.MoveBatch = defaultMoveBatch
 	}
 	if opts.DeadMaxPerTopic <= 0 {
-		opts.DeadMaxPerTopic = defaultDeadMaxPerTopic
+		opts.DeadMaxPerTopic = defaults.DeadMaxPerTopic
 	}
 	if opts.DeadTTL <= 0 {
-		opts.DeadTTL = defaultDeadTTL
+		opts.DeadTTL = defaults.DeadTTL
 	}
 	if opts.WaitReplicas > 0 && opts.WaitTimeout <= 0 {
-		opts.WaitTimeout = time.Second
+		opts.WaitTimeout = defaults.RedisWaitTimeout
 	}
 	if opts.MaxHeldPops <= 0 {
-		opts.MaxHeldPops = defaultMaxHeldPops
+		opts.MaxHeldPops = defaults.MaxHeldPops
 	}
 	if opts.Observer == nil {
 		opts.Observer = NopObserver{}
 	}
 	if opts.BlockTimeout <= 0 {
-		opts.BlockTimeout = DefaultBlockTimeout
+		opts.BlockTimeout = defaults.QueueBlockTimeout
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

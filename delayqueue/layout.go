@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/defaults"
 )
 
 // The layout record, <prefix>layout, says how the data is laid out: the
@@ -15,16 +17,7 @@ import (
 // Changing bucket_size on data that holds jobs would send ids to other
 // partitions than theirs, so a server refuses to start with another count
 // (Repartition changes it, offline).
-const (
-	layoutVersion = 2
-	// DefaultPartitions is bucket_size's default on one Redis, as in the
-	// original.
-	DefaultPartitions = 3
-	// DefaultClusterPartitions is bucket_size's default on a Redis Cluster:
-	// a multiple of 1, 2, 3, 4 and 6 primaries, so that each primary of an
-	// evenly split cluster of those sizes holds as many partitions.
-	DefaultClusterPartitions = 12
-)
+const layoutVersion = 2
 
 // ErrLayout reports data laid out differently from the configuration.
 var ErrLayout = errors.New("layout mismatch")
@@ -42,7 +35,7 @@ type Layout struct {
 // (new data, or a layout from before the record).
 func ReadLayout(ctx context.Context, rdb Redis, keyPrefix string) (layout Layout, found bool, err error) {
 	if keyPrefix == "" {
-		keyPrefix = defaultKeyPrefix
+		keyPrefix = defaults.KeyPrefix
 	}
 	key := keySchema{prefix: keyPrefix}.layout()
 	var fields map[string]string

@@ -1,24 +1,27 @@
 package delayqueue
 
 import (
+	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // legacySecondsLimit separates the original server's bucket scores (unix
 // seconds, about 1.8e9) from ours (unix milliseconds, about 1.8e12).
 const legacySecondsLimit = 100_000_000_000
 
-// legacyJob is a job as the original ouqiang/delay-queue stored it: a
-// msgpack encoding of its Go struct Job{Topic, Id, Delay, TTR, Body} under
-// the raw id as key.
+// legacyJob is a job as the original ouqiang/delay-queue stored it under
+// the raw id as key: its Go struct Job{Topic, Id, Delay, TTR, Body},
+// encoded by github.com/vmihailenco/msgpack (see decodeLegacyJob).
 type legacyJob struct {
 	Topic string
 	ID    string
@@ -217,60 +220,71 @@ func clampTTR(ttr int64) time.Duration {
 	return time.Duration(ttr) * time.Second
 }
 
-// decodeLegacyJob decodes the msgpack the original server wrote. Its
-// library encoded the struct as a map keyed by field name; an array in
-// field order is accepted too. Keys match case-insensitively.
-func decodeLegacyJob(b []byte) (legacyJob, error) {
-	d := &msgpackDecoder{b: b}
-	v, err := d.value(0)
+// legacyMaxDepth bounds the nesting the import reads: the original's jobs
+// are flat, and a corrupt value must not recurse without end.
+const legacyMaxDepth = 8
+
+// decodeLegacyJob decodes a job the original server wrote with
+// vmihailenco/msgpack: a map keyed by tag or field name (in any case), or
+// an array in field order. Unknown fields are skipped and missing ones
+// are zero; a nil is a zero, and an integer of any width or a float
+// (truncated) fills an integer field. Anything else is refused, and the
+// import leaves the job as it is.
+func decodeLegacyJob(raw []byte) (legacyJob, error) {
+	r := bytes.NewReader(raw)
+	v, err := decodeLegacyValue(msgpack.NewDecoder(r), 0)
 	if err != nil {
 		return legacyJob{}, err
 	}
-	var job legacyJob
-	set := func(name string, val any) error {
-		var err error
-		switch strings.ToLower(name) {
-		case "topic":
-			job.Topic, err = msgpackString(val)
-		case "id":
-			job.ID, err = msgpackString(val)
-		case "delay":
-			job.Delay, err = msgpackInt(val)
-		case "ttr":
-			job.TTR, err = msgpackInt(val)
-		case "body":
-			job.Body, err = msgpackString(val)
-		}
-		if err != nil {
-			return fmt.Errorf("field %s: %w", name, err)
-		}
-		return nil
+	if r.Len() > 0 {
+		return legacyJob{}, fmt.Errorf("%d bytes after the msgpack value", r.Len())
 	}
+	var job legacyJob
 	switch v := v.(type) {
 	case map[string]any:
-		for k, val := range v {
-			if err := set(k, val); err != nil {
-				return job, err
+		for key, value := range v {
+			if err := job.set(key, value); err != nil {
+				return legacyJob{}, err
 			}
 		}
 	case []any:
-		for i, name := range []string{"topic", "id", "delay", "ttr", "body"} {
-			if i < len(v) {
-				if err := set(name, v[i]); err != nil {
-					return job, err
-				}
+		// In field order, which is the order of v0.4's tags.
+		for i, value := range v[:min(len(v), 5)] {
+			if err := job.set(strconv.Itoa(i+1), value); err != nil {
+				return legacyJob{}, err
 			}
 		}
 	default:
-		return job, fmt.Errorf("not a msgpack map or array")
-	}
-	if d.pos != len(b) {
-		return job, fmt.Errorf("%d bytes after the msgpack value", len(b)-d.pos)
+		return legacyJob{}, fmt.Errorf("not a msgpack map or array but %T", v)
 	}
 	return job, nil
 }
 
-func msgpackString(v any) (string, error) {
+// set sets the field keyed key, in any case: v0.4 tags the fields
+// msgpack:"1" to "5", and the library keys them so; v0.2 and v0.3 had no
+// msgpack tags, and it keyed them by Go field name. Other keys are
+// ignored.
+func (job *legacyJob) set(key string, value any) error {
+	var err error
+	switch strings.ToLower(key) {
+	case "1", "topic":
+		job.Topic, err = legacyString(value)
+	case "2", "id":
+		job.ID, err = legacyString(value)
+	case "3", "delay":
+		job.Delay, err = legacyInt(value)
+	case "4", "ttr":
+		job.TTR, err = legacyInt(value)
+	case "5", "body":
+		job.Body, err = legacyString(value)
+	}
+	if err != nil {
+		return fmt.Errorf("field %s: %w", key, err)
+	}
+	return nil
+}
+
+func legacyString(v any) (string, error) {
 	switch v := v.(type) {
 	case string:
 		return v, nil
@@ -280,13 +294,13 @@ func msgpackString(v any) (string, error) {
 	return "", fmt.Errorf("want a string, got %T", v)
 }
 
-func msgpackInt(v any) (int64, error) {
+func legacyInt(v any) (int64, error) {
 	switch v := v.(type) {
 	case int64:
 		return v, nil
 	case uint64:
 		if v > math.MaxInt64 {
-			return 0, fmt.Errorf("integer out of range")
+			return 0, fmt.Errorf("integer %d out of range", v)
 		}
 		return int64(v), nil
 	case float64:
@@ -297,175 +311,67 @@ func msgpackInt(v any) (int64, error) {
 	return 0, fmt.Errorf("want an integer, got %T", v)
 }
 
-// msgpackDecoder reads the msgpack subset a Go struct encodes to.
-type msgpackDecoder struct {
-	b   []byte
-	pos int
-}
-
-var errShort = errors.New("msgpack value cut short")
-
-func (d *msgpackDecoder) take(n int) ([]byte, error) {
-	if n < 0 || d.pos+n > len(d.b) {
-		return nil, errShort
+// decodeLegacyValue reads one value at depth with the library: nil, a
+// bool, a string (str or bin), a float64, a uint64 when it takes 8 bytes
+// (it may not fit an int64), an int64 for every other integer, a
+// map[string]any (a key given twice keeps its last value) or an []any.
+// An extension type or a map key that is no string is refused: a Go
+// struct does not encode to those.
+func decodeLegacyValue(d *msgpack.Decoder, depth int) (any, error) {
+	if depth > legacyMaxDepth {
+		return nil, fmt.Errorf("msgpack nested deeper than %d", legacyMaxDepth)
 	}
-	p := d.b[d.pos : d.pos+n]
-	d.pos += n
-	return p, nil
-}
-
-func (d *msgpackDecoder) uint(n int) (uint64, error) {
-	p, err := d.take(n)
-	if err != nil {
-		return 0, err
-	}
-	var v uint64
-	for _, c := range p {
-		v = v<<8 | uint64(c)
-	}
-	return v, nil
-}
-
-func (d *msgpackDecoder) value(depth int) (any, error) {
-	if depth > 8 {
-		return nil, fmt.Errorf("msgpack nested too deep")
-	}
-	p, err := d.take(1)
+	code, err := d.PeekCode()
 	if err != nil {
 		return nil, err
 	}
-	c := p[0]
 	switch {
-	case c <= 0x7f:
-		return int64(c), nil
-	case c >= 0xe0:
-		return int64(int8(c)), nil
-	case c >= 0xa0 && c <= 0xbf:
-		return d.str(int(c & 0x1f))
-	case c >= 0x90 && c <= 0x9f:
-		return d.array(int(c&0x0f), depth)
-	case c >= 0x80 && c <= 0x8f:
-		return d.mapping(int(c&0x0f), depth)
+	case code == msgpcode.Nil:
+		return nil, d.DecodeNil()
+	case code == msgpcode.False || code == msgpcode.True:
+		return d.DecodeBool()
+	case msgpcode.IsString(code) || msgpcode.IsBin(code):
+		return d.DecodeString()
+	case code == msgpcode.Float || code == msgpcode.Double:
+		return d.DecodeFloat64()
+	case code == msgpcode.Uint64:
+		return d.DecodeUint64()
+	case msgpcode.IsFixedMap(code) || code == msgpcode.Map16 || code == msgpcode.Map32:
+		n, err := d.DecodeMapLen()
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		for range n {
+			key, err := decodeLegacyValue(d, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			s, ok := key.(string)
+			if !ok {
+				return nil, fmt.Errorf("msgpack map key is %T, not a string", key)
+			}
+			if m[s], err = decodeLegacyValue(d, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return m, nil
+	case msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32:
+		n, err := d.DecodeArrayLen()
+		if err != nil {
+			return nil, err
+		}
+		var a []any
+		for range n {
+			v, err := decodeLegacyValue(d, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+		}
+		return a, nil
 	}
-	switch c {
-	case 0xc0:
-		return nil, nil
-	case 0xc2:
-		return false, nil
-	case 0xc3:
-		return true, nil
-	case 0xc4, 0xd9:
-		n, err := d.uint(1)
-		if err != nil {
-			return nil, err
-		}
-		return d.str(int(n))
-	case 0xc5, 0xda:
-		n, err := d.uint(2)
-		if err != nil {
-			return nil, err
-		}
-		return d.str(int(n))
-	case 0xc6, 0xdb:
-		n, err := d.uint(4)
-		if err != nil {
-			return nil, err
-		}
-		return d.str(int(n))
-	case 0xca:
-		n, err := d.uint(4)
-		return float64(math.Float32frombits(uint32(n))), err
-	case 0xcb:
-		n, err := d.uint(8)
-		return math.Float64frombits(n), err
-	case 0xcc, 0xcd, 0xce, 0xcf:
-		n, err := d.uint(1 << (c - 0xcc))
-		return n, err
-	case 0xd0:
-		n, err := d.uint(1)
-		return int64(int8(n)), err
-	case 0xd1:
-		n, err := d.uint(2)
-		return int64(int16(n)), err
-	case 0xd2:
-		n, err := d.uint(4)
-		return int64(int32(n)), err
-	case 0xd3:
-		p, err := d.take(8)
-		if err != nil {
-			return nil, err
-		}
-		return int64(binary.BigEndian.Uint64(p)), nil
-	case 0xdc:
-		n, err := d.uint(2)
-		if err != nil {
-			return nil, err
-		}
-		return d.array(int(n), depth)
-	case 0xdd:
-		n, err := d.uint(4)
-		if err != nil {
-			return nil, err
-		}
-		return d.array(int(n), depth)
-	case 0xde:
-		n, err := d.uint(2)
-		if err != nil {
-			return nil, err
-		}
-		return d.mapping(int(n), depth)
-	case 0xdf:
-		n, err := d.uint(4)
-		if err != nil {
-			return nil, err
-		}
-		return d.mapping(int(n), depth)
-	}
-	return nil, fmt.Errorf("unsupported msgpack type byte 0x%02x", c)
-}
-
-func (d *msgpackDecoder) str(n int) (any, error) {
-	p, err := d.take(n)
-	if err != nil {
-		return nil, err
-	}
-	return string(p), nil
-}
-
-func (d *msgpackDecoder) array(n, depth int) (any, error) {
-	if n > len(d.b) {
-		return nil, errShort
-	}
-	out := make([]any, 0, n)
-	for i := 0; i < n; i++ {
-		v, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func (d *msgpackDecoder) mapping(n, depth int) (any, error) {
-	if n > len(d.b) {
-		return nil, errShort
-	}
-	out := make(map[string]any, n)
-	for i := 0; i < n; i++ {
-		k, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		ks, ok := k.(string)
-		if !ok {
-			return nil, fmt.Errorf("msgpack map key is %T, not a string", k)
-		}
-		v, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		out[ks] = v
-	}
-	return out, nil
+	// Every other integer, and an error for what is none (extension
+	// types, the reserved byte 0xc1).
+	return d.DecodeInt64()
 }

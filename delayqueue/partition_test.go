@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
@@ -47,7 +48,7 @@ func idsPerPartition(t *testing.T, q *Queue, prefix string, perPartition int) []
 // shard: Pops try the partitions in turn, each starting at the next one.
 // On a cluster only: it is about primaries.
 func TestHotTopicUsesEveryPrimary(t *testing.T) {
-	for _, partitions := range []int{3, DefaultClusterPartitions} {
+	for _, partitions := range []int{3, defaults.ClusterBucketSize} {
 		t.Run(fmt.Sprint(partitions, " partitions"), func(t *testing.T) {
 			r := onSharedCluster(t)
 			q := newTestQueue(t, r, func(o *Options) { o.BucketSize = partitions })
@@ -285,7 +286,7 @@ func TestBracesInNamesStayInTheirPartitionSlot(t *testing.T) {
 // long, far beyond any hold. On a cluster of its own: it kills the nodes.
 func TestPopOnAClusterDownGivesUpLikeOneCall(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
-	q := newTestQueue(t, onCluster(c), func(o *Options) { o.BucketSize = DefaultClusterPartitions })
+	q := newTestQueue(t, onCluster(c), func(o *Options) { o.BucketSize = defaults.ClusterBucketSize })
 	ctx := context.Background()
 	for _, n := range c.Nodes {
 		n.Kill()

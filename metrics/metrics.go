@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
@@ -26,7 +27,7 @@ const OtherTopic = "other"
 // Options configure Metrics.
 type Options struct {
 	// MaxTopicLabels caps the distinct topic label values; later topics are
-	// counted under "other". 0 means 100.
+	// counted under "other". 0 means defaults.MetricsTopicLabels.
 	MaxTopicLabels int
 	// SampleInterval is how often the per-topic job counts are read from
 	// Redis. 0 means 15s.
@@ -62,7 +63,7 @@ type Metrics struct {
 // New registers every collector on a new registry.
 func New(opts Options, logger *slog.Logger) *Metrics {
 	if opts.MaxTopicLabels <= 0 {
-		opts.MaxTopicLabels = 100
+		opts.MaxTopicLabels = defaults.MetricsTopicLabels
 	}
 	if opts.SampleInterval <= 0 {
 		opts.SampleInterval = 15 * time.Second

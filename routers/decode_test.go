@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/defaults"
 )
 
 // TestForEachMemberMatchesTheDecoder checks the plain member scanner
@@ -113,7 +115,7 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 	opts := Options{ObserveRequest: func(string, int, time.Duration) { answered <- struct{}{} }}
 	srv := httptest.NewServer(New(&fakeQueue{}, opts, testLogger(t)))
 	defer srv.Close()
-	const claimed = DefaultMaxBodyBytes
+	const claimed = defaults.MaxBodyBytes
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	c, _ := dialServer(t, srv)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
@@ -112,11 +113,11 @@ func TestHostileInputs(t *testing.T) {
 		{"control character in topic", "/push", []byte(`{"topic":"a\u0000b","id":"h1","ttr":5}`), 200, "topic must not contain control characters"},
 		// Big bodies.
 		{"10 MB job body", "/push", []byte(`{"topic":"h","id":"h1","ttr":5,"body":"` + strings.Repeat("b", tenMB) + `"}`), 200,
-			fmt.Sprintf("body must be at most %d bytes (max_job_body_bytes), got %d bytes", DefaultMaxJobBodyBytes, tenMB)},
+			fmt.Sprintf("body must be at most %d bytes (max_job_body_bytes), got %d bytes", defaults.MaxJobBodyBytes, tenMB)},
 		{"10 MB of garbage", "/push", bytes.Repeat([]byte("\x00garbage"), tenMB/8), 200, "request body is not valid JSON"},
 		{"10 MB of spaces", "/get", bytes.Repeat([]byte(" "), tenMB), 200, "request body is empty"},
 		{"10 MB unknown member", "/delete", []byte(`{"id":"h1","pad":"` + strings.Repeat("p", tenMB) + `"}`), 200, ""},
-		{"body over max_body_bytes", "/push", bytes.Repeat([]byte("x"), int(DefaultMaxBodyBytes)+1), 413,
+		{"body over max_body_bytes", "/push", bytes.Repeat([]byte("x"), defaults.MaxBodyBytes+1), 413,
 			"request body is larger than max_body_bytes (16777216 bytes)"},
 		// Empty bodies.
 		{"empty push", "/push", nil, 200, "request body is empty: send a JSON object"},

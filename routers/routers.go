@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/defaults"
 )
 
 // Queue is the part of the engine the HTTP layer needs. *delayqueue.Queue
@@ -49,17 +50,13 @@ type Queue interface {
 	LoopHealth() []delayqueue.LoopStatus
 }
 
-// Defaults used for the zero values of Options.
-const (
-	DefaultMaxBodyBytes    int64         = 16 << 20 // max_body_bytes: batches fit
-	DefaultMaxJobBodyBytes int           = 1 << 20  // max_job_body_bytes
-	DefaultBlockTimeout    time.Duration = 178 * time.Second
-	DefaultMaxHeldPops     int           = 20000 // max_held_pops, the engine's default
-	DefaultReadyTimeout    time.Duration = 2 * time.Second
-)
+// DefaultReadyTimeout bounds GET /readyz's check when Options leave it
+// zero.
+const DefaultReadyTimeout = 2 * time.Second
 
 // Options are the HTTP layer's limits and hooks. A zero or negative limit
-// picks the default.
+// picks the default: the conf's (internal/defaults) for those it sets,
+// DefaultReadyTimeout for ReadyTimeout.
 type Options struct {
 	// MaxBodyBytes limits a request body; a larger one is answered 413.
 	MaxBodyBytes int64
@@ -102,16 +99,16 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
+		o.MaxBodyBytes = defaults.MaxBodyBytes
 	}
 	if o.MaxJobBodyBytes <= 0 {
-		o.MaxJobBodyBytes = DefaultMaxJobBodyBytes
+		o.MaxJobBodyBytes = defaults.MaxJobBodyBytes
 	}
 	if o.BlockTimeout <= 0 {
-		o.BlockTimeout = DefaultBlockTimeout
+		o.BlockTimeout = defaults.QueueBlockTimeout
 	}
 	if o.MaxHeldPops <= 0 {
-		o.MaxHeldPops = DefaultMaxHeldPops
+		o.MaxHeldPops = defaults.MaxHeldPops
 	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = DefaultReadyTimeout

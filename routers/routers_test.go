@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/defaults"
 )
 
 // validBodies returns a valid request body for every endpoint.
@@ -293,8 +294,8 @@ func TestRequestLog(t *testing.T) {
 
 func TestOptionsDefaults(t *testing.T) {
 	got := Options{}.withDefaults()
-	want := Options{MaxBodyBytes: 16 << 20, MaxJobBodyBytes: 1 << 20, BlockTimeout: DefaultBlockTimeout,
-		MaxHeldPops: 20000, ReadyTimeout: 2 * time.Second}
+	want := Options{MaxBodyBytes: defaults.MaxBodyBytes, MaxJobBodyBytes: defaults.MaxJobBodyBytes,
+		BlockTimeout: defaults.QueueBlockTimeout, MaxHeldPops: defaults.MaxHeldPops, ReadyTimeout: 2 * time.Second}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}

@@ -3,15 +3,16 @@ package webhook
 import (
 	"fmt"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/defaults"
 )
 
-// Defaults of Options.
+// Defaults of Options that no conf key sets; those it sets
+// (callback_concurrency, callback_per_host, callback_shutdown_grace) are
+// internal/defaults'.
 const (
-	DefaultConcurrency      = 32
-	DefaultPerHost          = 4
 	DefaultMaxResponseBytes = 1024
 	DefaultMaxResponseRead  = 64 * 1024
-	DefaultShutdownGrace    = 10 * time.Second
 	// MaxRedirects is how many redirects a call with follow_redirects
 	// follows before it counts as failed.
 	MaxRedirects = 5
@@ -64,7 +65,7 @@ type Options struct {
 	MaxResponseRead int
 	// ShutdownGrace is how long calls in flight may go on once Run's context
 	// is done; calls still running then are cut and given back. 0 means
-	// DefaultShutdownGrace.
+	// defaults.CallbackShutdownGrace.
 	ShutdownGrace time.Duration
 	// WakeTimeout is how long the dispatcher blocks on the wake-up list
 	// before claiming anyway (a safety net for lost wake-ups). 0 means 1s.
@@ -78,10 +79,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("webhook options must not be negative: %+v", o)
 	}
 	if o.Concurrency == 0 {
-		o.Concurrency = DefaultConcurrency
+		o.Concurrency = defaults.CallbackConcurrency
 	}
 	if o.PerHost == 0 {
-		o.PerHost = DefaultPerHost
+		o.PerHost = defaults.CallbackPerHost
 	}
 	if o.MaxResponseBytes == 0 {
 		o.MaxResponseBytes = DefaultMaxResponseBytes
@@ -93,7 +94,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxResponseRead = o.MaxResponseBytes
 	}
 	if o.ShutdownGrace == 0 {
-		o.ShutdownGrace = DefaultShutdownGrace
+		o.ShutdownGrace = defaults.CallbackShutdownGrace
 	}
 	if o.WakeTimeout == 0 {
 		o.WakeTimeout = time.Second

@@ -25,7 +25,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/delay-queue/delay-queue/config"
+	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
@@ -33,7 +33,7 @@ import (
 // procClusterPartitions is the partition count of the servers in these
 // tests: their confs leave bucket_size unset, so a new cluster gets the
 // cluster default.
-const procClusterPartitions = config.DefaultClusterBucketSize
+const procClusterPartitions = defaults.ClusterBucketSize
 
 // The answers a client is told to retry (routers/envelope.go).
 const (

@@ -15,6 +15,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/config"
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/http1"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/metrics"
@@ -174,9 +175,9 @@ func queueOptions(cfg config.Config, partitions int, cluster bool, observer dela
 // is unset.
 func (s *server) defaultPartitions() int {
 	if s.redis.Cluster() {
-		return config.DefaultClusterBucketSize
+		return defaults.ClusterBucketSize
 	}
-	return config.DefaultBucketSize
+	return defaults.BucketSize
 }
 
 // buildQueue builds the engine with the partition count the data was
