@@ -187,7 +187,7 @@ func (o Options) newPool(dial func() (redis.Conn, error), followSentinel bool) *
 	if maxIdle > maxActive {
 		maxIdle = maxActive
 	}
-	return &redis.Pool{
+	p := &redis.Pool{
 		MaxIdle:     maxIdle,
 		MaxActive:   maxActive,
 		Wait:        true,
@@ -208,6 +208,21 @@ func (o Options) newPool(dial func() (redis.Conn, error), followSentinel bool) *
 			_, err := c.Do("PING")
 			return err
 		},
+	}
+	initPool(p)
+	return p
+}
+
+// initPool makes redigo set up the pool's limit on active connections now,
+// without dialing: a Get with a context already cancelled does only that.
+// redigo sets it up on the first Get otherwise, unsynchronized with Close,
+// and a cluster client may close a node's pool (the node left the map)
+// while a Get on it is under way.
+func initPool(p *redis.Pool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if conn, err := p.GetContext(ctx); err == nil {
+		conn.Close()
 	}
 }
 
