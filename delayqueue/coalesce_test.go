@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -39,8 +40,8 @@ func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
 	}
 	// Let the calls queue behind the first execution, then let them all run.
 	waitFor(t, 5*time.Second, "calls queued", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.group.mu.Lock()
+		defer c.group.mu.Unlock()
 		return len(c.pending) >= n-1
 	})
 	close(release)
@@ -76,8 +77,8 @@ func TestLeaderTakesCallsQueuedWhileItYields(t *testing.T) {
 				}()
 			}
 			waitFor(t, 5*time.Second, "the other calls queued", func() bool {
-				c.mu.Lock()
-				defer c.mu.Unlock()
+				c.group.mu.Lock()
+				defer c.group.mu.Unlock()
 				return len(c.pending) == 1+others
 			})
 		})
@@ -136,8 +137,8 @@ func TestLanesSlotsBySize(t *testing.T) {
 	}
 	call(99)
 	waitFor(t, 5*time.Second, "a single call queued", func() bool {
-		l.single.mu.Lock()
-		defer l.single.mu.Unlock()
+		l.single.group.mu.Lock()
+		defer l.single.group.mu.Unlock()
 		return len(l.single.pending) == 1
 	})
 	// Batches run beside the single calls (60 items each: too many to
@@ -191,9 +192,9 @@ func TestCoalescerSlotsSurviveCancellations(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		c.mu.Lock()
-		leaders, pending := c.leaders, len(c.pending)
-		c.mu.Unlock()
+		c.group.mu.Lock()
+		leaders, pending := c.group.leaders, len(c.pending)
+		c.group.mu.Unlock()
 		if leaders != 0 || pending != 0 {
 			t.Fatalf("%d slots: %d still taken and %d calls queued after every call ended", slots, leaders, pending)
 		}
@@ -216,24 +217,24 @@ func TestWithdrawnCallPassesItsSlotOn(t *testing.T) {
 	}
 	b, next := call(1), call(2)
 	c.pending = []*coalescedCall[int, int]{b, next}
-	c.leaders = 1
-	c.mu.Lock()
-	c.handOffLocked() // the leader is done: b is handed its slot
-	c.mu.Unlock()
+	c.group.leaders = 1
+	c.group.mu.Lock()
+	c.group.handOffLocked(c.member) // the leader is done: b is handed its slot
+	c.group.mu.Unlock()
 	if len(b.lead) != 1 {
 		t.Fatalf("the oldest call was not handed the slot")
 	}
 	if !c.withdraw(b) {
 		t.Fatal("a queued call could not be withdrawn")
 	}
-	if len(next.lead) != 1 || c.leaders != 1 {
-		t.Fatalf("the withdrawn call's slot did not pass to the next call (leaders %d)", c.leaders)
+	if len(next.lead) != 1 || c.group.leaders != 1 {
+		t.Fatalf("the withdrawn call's slot did not pass to the next call (leaders %d)", c.group.leaders)
 	}
 	if !c.withdraw(next) {
 		t.Fatal("a queued call could not be withdrawn")
 	}
-	if c.leaders != 0 || len(c.pending) != 0 {
-		t.Fatalf("the last withdrawn call kept its slot: leaders %d, %d queued", c.leaders, len(c.pending))
+	if c.group.leaders != 0 || len(c.pending) != 0 {
+		t.Fatalf("the last withdrawn call kept its slot: leaders %d, %d queued", c.group.leaders, len(c.pending))
 	}
 }
 
@@ -249,9 +250,9 @@ func TestCoalescerErrorsAndCancellation(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { _, err := c.do(context.Background(), 0); first <- err }()
 	waitFor(t, 5*time.Second, "first call running", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.leaders == 1 && len(c.pending) == 0
+		c.group.mu.Lock()
+		defer c.group.mu.Unlock()
+		return c.group.leaders == 1 && len(c.pending) == 0
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -388,4 +389,68 @@ func TestOneScriptCallRemovingJobsInEveryState(t *testing.T) {
 		}
 		assertNoTraces(t, r, "delayed", "reserved", "dead", "ready", "unknown", "t,", "u,")
 	})
+}
+
+// Coalescers sharing a group share its slots: with one slot, a call of one
+// partition waits while another partition's script runs, and the freed
+// slot goes to the other partition's queued calls before the same
+// partition's again.
+func TestCoalescersOfAGroupShareItsSlots(t *testing.T) {
+	g := newSlotGroup[int, int](1)
+	var running, most atomic.Int64
+	var mu sync.Mutex
+	var order []string
+	gates := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+	exec := func(name string) func(context.Context, []int) ([]int, error) {
+		return func(_ context.Context, items []int) ([]int, error) {
+			if n := running.Add(1); n > most.Load() {
+				most.Store(n)
+			}
+			defer running.Add(-1)
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			<-gates[name]
+			return items, nil
+		}
+	}
+	a := g.coalescer(10, func(int) int { return 1 }, exec("a"))
+	b := g.coalescer(10, func(int) int { return 1 }, exec("b"))
+	var wg sync.WaitGroup
+	call := func(c *coalescer[int, int], v int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got, err := c.do(context.Background(), v); err != nil || got != v {
+				t.Errorf("do(%d) = %d, %v", v, got, err)
+			}
+		}()
+	}
+	queued := func(c *coalescer[int, int], n int) func() bool {
+		return func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return len(c.pending) == n
+		}
+	}
+	call(a, 1) // leads, and waits at a's gate
+	waitFor(t, 5*time.Second, "a's first script call", func() bool { return running.Load() == 1 })
+	call(b, 2)
+	waitFor(t, 5*time.Second, "b's call queued", queued(b, 1))
+	call(a, 3)
+	waitFor(t, 5*time.Second, "a's second call queued", queued(a, 1))
+	close(gates["a"])
+	waitFor(t, 5*time.Second, "b's script call", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 2
+	})
+	close(gates["b"])
+	wg.Wait()
+	if most.Load() != 1 {
+		t.Errorf("%d script calls ran at once with one slot in the group", most.Load())
+	}
+	if got := fmt.Sprint(order); got != "[a b a]" {
+		t.Errorf("script calls ran in the order %s, want [a b a]: the slot goes to the other partition first", got)
+	}
 }

@@ -172,10 +172,32 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 	loops := loopsPerPartition(opts.BucketSize)
 	q.waiters = newWaiterRegistry(loops)
 	q.health = newLoopMonitor(logger, q.obs, time.Now, loopKinds(opts)...)
+	servers := map[string]*serverLanes{}
 	for n := 1; n <= opts.BucketSize; n++ {
-		q.partitions = append(q.partitions, newPartition(q, n, loops))
+		tag := keys.partitionTag(n, opts.BucketSize)
+		server := serverOf(rdb, keys.partitionKeys(tag)[keyJobs])
+		if servers[server] == nil {
+			servers[server] = newServerLanes()
+		}
+		q.partitions = append(q.partitions, newPartition(q, n, loops, servers[server]))
 	}
 	return q, nil
+}
+
+// serverLocator is a Redis that can say which server holds a key now: a
+// cluster's primary for the key's slot.
+type serverLocator interface {
+	ServerOf(key string) string
+}
+
+// serverOf names the server holding key, as far as rdb tells: "" for one
+// Redis. Partitions on one server share their script calls' slots (see
+// lanes); after a change of a cluster's map they keep the slots they had.
+func serverOf(rdb Redis, key string) string {
+	if l, ok := rdb.(serverLocator); ok {
+		return l.ServerOf(key)
+	}
+	return ""
 }
 
 // loopsPerPartition is the blocking dispatch loops each partition gets:

@@ -213,7 +213,7 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 		if state == StateDead {
 			q.obs.JobsDeadLettered(topic, 1)
 		}
-		if err := q.signalTopics(ctx, p, reply[4:]); err != nil {
+		if _, err := q.signalTopics(ctx, p, reply[4:]); err != nil {
 			// The change is made; held pops find the job at their next
 			// round instead of at once.
 			q.log.Warn("could not wake held pops for a released job", "job_id", id, "err", err)

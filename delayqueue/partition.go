@@ -30,7 +30,25 @@ type partition struct {
 	deletes  *lanes[[]any, []removal]
 }
 
-func newPartition(q *Queue, number, loops int) *partition {
+// serverLanes is the lanes' slots that the partitions on one Redis server
+// share (see lanes).
+type serverLanes struct {
+	pushes   *laneGroup[pushCall, pushReply]
+	claims   *laneGroup[claimBatch, [][]*Delivery]
+	finishes *laneGroup[[]any, []removal]
+	deletes  *laneGroup[[]any, []removal]
+}
+
+func newServerLanes() *serverLanes {
+	return &serverLanes{
+		pushes:   newLaneGroup[pushCall, pushReply](),
+		claims:   newLaneGroup[claimBatch, [][]*Delivery](),
+		finishes: newLaneGroup[[]any, []removal](),
+		deletes:  newLaneGroup[[]any, []removal](),
+	}
+}
+
+func newPartition(q *Queue, number, loops int, server *serverLanes) *partition {
 	p := &partition{q: q, number: number, tag: q.keys.partitionTag(number, q.opts.BucketSize)}
 	for _, k := range q.keys.partitionKeys(p.tag) {
 		p.keys = append(p.keys, k)
@@ -39,14 +57,14 @@ func newPartition(q *Queue, number, loops int) *partition {
 	for i := 0; i < loops; i++ {
 		p.loops = append(p.loops, newDispatchLoop(q, p, i))
 	}
-	p.pushes = newLanes(MaxPushBatchJobs, func(c pushCall) int { return len(c.jobs) },
+	p.pushes = server.pushes.lanes(MaxPushBatchJobs, func(c pushCall) int { return len(c.jobs) },
 		func(ctx context.Context, calls []pushCall) ([]pushReply, error) { return q.execPushes(ctx, p, calls) })
-	p.claims = newLanes(maxClaimsPerCall, claimBatch.size,
+	p.claims = server.claims.lanes(maxClaimsPerCall, claimBatch.size,
 		func(ctx context.Context, calls []claimBatch) ([][][]*Delivery, error) {
 			return q.execClaims(ctx, p, calls)
 		})
 	idCount := func(ids []any) int { return len(ids) }
-	p.finishes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.finish))
-	p.deletes = newLanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.remove))
+	p.finishes = server.finishes.lanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.finish))
+	p.deletes = server.deletes.lanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.remove))
 	return p
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,7 +23,17 @@ type scanner struct {
 	mu       sync.Mutex
 	nextWake time.Time
 	poke     chan struct{}
+
+	// recent are the topics the scanner made ready lately, most recent
+	// first: movedue.lua gets their wake-up lists, and signals their held
+	// pops itself, so that a topic with steady traffic costs no signal.lua
+	// call after each move. Guarded by mu.
+	recent []string
 }
+
+// recentTopics bounds scanner.recent: each costs a key in every movedue
+// call.
+const recentTopics = 8
 
 func newScanner(q *Queue, p *partition) *scanner {
 	return &scanner{q: q, p: p, poke: make(chan struct{}, 1)}
@@ -49,13 +60,19 @@ type moveResult struct {
 	handled int
 	nextDue int64 // ms, Redis clock; -1 when nothing is scheduled
 	now     int64 // ms, Redis clock
+	// unexpected are the topics made ready that the call was not given,
+	// signalled after it (signal.lua).
+	unexpected []string
 }
 
 // moveDue runs one movedue.lua call, then wakes the held pops of the
 // topics it made ready (signal.lua: their wake-up lists were not known
 // before the call). An error names the script that failed.
 func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
-	reply, err := redis.Values(s.q.call(ctx, s.p, s.q.scripts.moveDue, nil, s.q.opts.MoveBatch))
+	s.mu.Lock()
+	expected := s.recent
+	s.mu.Unlock()
+	reply, err := redis.Values(s.q.call(ctx, s.p, s.q.scripts.moveDue, expected, s.q.opts.MoveBatch))
 	if err != nil {
 		return moveResult{}, scriptError{"movedue.lua", err}
 	}
@@ -82,24 +99,43 @@ func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
 			s.q.obs.JobsDeadLettered(topic, 1)
 		}
 	}
-	if err := s.q.signalTopics(ctx, s.p, rest[2*expired:]); err != nil {
+	topics, err := s.q.signalTopics(ctx, s.p, rest[2*expired:])
+	if err != nil {
 		return moveResult{}, scriptError{"signal.lua", err}
 	}
-	return moveResult{handled: int(r[0]), nextDue: r[1], now: r[2]}, nil
+	if len(topics) > 0 {
+		s.noteRecent(topics)
+	}
+	return moveResult{handled: int(r[0]), nextDue: r[1], now: r[2], unexpected: topics}, nil
+}
+
+// noteRecent puts topics first in recent, in a new slice (a call may still
+// read the old one).
+func (s *scanner) noteRecent(topics []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recent := slices.Clone(topics)
+	for _, t := range s.recent {
+		if len(recent) < recentTopics && !slices.Contains(recent, t) {
+			recent = append(recent, t)
+		}
+	}
+	s.recent = recent[:min(len(recent), recentTopics)]
 }
 
 // signalTopics wakes held pops of the topics a script made ready without
 // their wake-up lists: reply is its list "n, then n pairs topic, tokens".
-func (q *Queue) signalTopics(ctx context.Context, p *partition, reply []any) error {
+// It returns those topics.
+func (q *Queue) signalTopics(ctx context.Context, p *partition, reply []any) ([]string, error) {
 	if len(reply) < 1 {
-		return fmt.Errorf("signal: short reply")
+		return nil, fmt.Errorf("signal: short reply")
 	}
 	n, err := redis.Int(reply[0], nil)
 	if err != nil || len(reply) < 1+2*n {
-		return fmt.Errorf("signal: malformed reply")
+		return nil, fmt.Errorf("signal: malformed reply")
 	}
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	topics := make([]string, n)
 	tokens := make([]any, n)
@@ -108,7 +144,7 @@ func (q *Queue) signalTopics(ctx context.Context, p *partition, reply []any) err
 		tokens[i] = reply[2+2*i]
 	}
 	_, err = q.call(ctx, p, q.scripts.signal, topics, tokens...)
-	return err
+	return topics, err
 }
 
 // scriptError is an error of a loop's round, with the script it ran.

@@ -3,9 +3,10 @@
 -- delayed jobs whose time has come become ready; reserved jobs whose lease
 -- ran out end that delivery as failed (ready again, scheduled by their
 -- retry schedule, or dead-lettered when their attempts are used up).
--- The topics come from timers; their wake-up lists are not known before
--- the call, so the reply names the topics to signal (signal.lua).
--- KEYS: the partition's (see lib/record.lua).
+-- The topics come from timers; the caller passes the wake-up lists of the
+-- topics it expects (those it saw made ready lately), and the reply names
+-- the other topics made ready, for the caller to signal (signal.lua).
+-- KEYS: the partition's (see lib/record.lua), then those wake-up lists.
 -- ARGV[ARG] batch size.
 -- Reply: {jobs handled, next due ms or -1, now ms, oldest due ms handled
 -- or -1, expired leases e, then per expired lease its topic and the job's

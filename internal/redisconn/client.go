@@ -139,6 +139,15 @@ func newClient(opts Options, logger *slog.Logger, obs Observer, refreshEvery tim
 // Cluster reports whether the client routes by slot.
 func (c *Client) Cluster() bool { return c.single == nil }
 
+// ServerOf is the address of the primary serving key's slot by the map the
+// client holds now ("" when it knows none), or "" for one Redis.
+func (c *Client) ServerOf(key string) string {
+	if c.single != nil {
+		return ""
+	}
+	return c.slots.Load().addr(Slot(key))
+}
+
 // Close closes every pool and stops the map's refreshes. Connections from
 // Dial are the caller's to close.
 func (c *Client) Close() error {

@@ -1,0 +1,97 @@
+package delayqueue
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+)
+
+func TestScannerRecentTopics(t *testing.T) {
+	cases := []struct {
+		name          string
+		before, noted []string
+		want          []string
+	}{
+		{"first topics", nil, []string{"a", "b"}, []string{"a", "b"}},
+		{"noted ones go first", []string{"a", "b", "c"}, []string{"c"}, []string{"c", "a", "b"}},
+		{"no repeats", []string{"a", "b"}, []string{"b", "a"}, []string{"b", "a"}},
+		{"capped, the oldest go", []string{"1", "2", "3", "4", "5", "6", "7", "8"}, []string{"x", "y"},
+			[]string{"x", "y", "1", "2", "3", "4", "5", "6"}},
+		{"more noted than the cap", nil, []string{"1", "2", "3", "4", "5", "6", "7", "8", "9"},
+			[]string{"1", "2", "3", "4", "5", "6", "7", "8"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &scanner{recent: c.before}
+			kept := s.recent
+			s.noteRecent(c.noted)
+			if !slices.Equal(s.recent, c.want) {
+				t.Errorf("recent = %v, want %v", s.recent, c.want)
+			}
+			if !slices.Equal(kept, c.before) {
+				t.Errorf("the slice a call may still read changed: %v, was %v", kept, c.before)
+			}
+		})
+	}
+}
+
+// A topic the scanner made ready is passed to its next moves, whose script
+// signals its held pops itself: no signal.lua call follows them. (The
+// queue is not run, so that no scanner but the test's moves its jobs.)
+func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		logger := testLogger(t)
+		rdb, err := redisconn.New(r.opts, logger, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rdb.Close() })
+		opts := r.queueOptions(Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true})
+		opts.Cluster = rdb.Cluster()
+		q, err := New(rdb, opts, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(q.ready) // serve without Run: no migration, no loops
+		p := q.partitionOf("r1")
+		move := func(id string) moveResult {
+			t.Helper()
+			mustPush(t, q, Job{Topic: "rt", ID: id, Delay: time.Millisecond})
+			var res moveResult
+			waitFor(t, 5*time.Second, id+" made ready", func() bool {
+				var err error
+				if res, err = p.scanner.moveDue(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				return res.handled > 0
+			})
+			return res
+		}
+		if first := move("r1"); !slices.Equal(first.unexpected, []string{"rt"}) {
+			t.Fatalf("the first move signalled %v after the call, want [rt]", first.unexpected)
+		}
+		r2 := ""
+		for i := 0; r2 == ""; i++ {
+			if id := fmt.Sprintf("r2-%d", i); q.partitionOf(id) == p {
+				r2 = id
+			}
+		}
+		if second := move(r2); len(second.unexpected) != 0 {
+			t.Errorf("the second move signalled %v after the call, want none: the topic was passed to it", second.unexpected)
+		}
+		// Both moves left their token: the second from inside the script.
+		wake := q.keys.wake(p.tag, "rt")
+		var tokens int
+		if err := q.withConn(t.Context(), p.key(), func(c redis.Conn) error {
+			tokens, err = redis.Int(c.Do("LLEN", wake))
+			return err
+		}); err != nil || tokens != 2 {
+			t.Errorf("wake-up list of rt holds %d tokens (%v), want 2", tokens, err)
+		}
+	})
+}
