@@ -149,8 +149,20 @@ func TestLifecycleEndpoints(t *testing.T) {
 			if err != nil || info == nil {
 				t.Fatalf("Get = %+v, %v", info, err)
 			}
-			if !slices.Equal(info.Retry, retry) || info.MaxAttempts != 5 || info.CreatedAt.IsZero() {
+			if !slices.Equal(info.Retry, retry) || info.MaxAttempts != 5 || info.AttemptsLimit != 5 || info.CreatedAt.IsZero() {
 				t.Errorf("Get = %+v", info)
+			}
+		})
+
+		t.Run("a schedule without max_attempts limits the attempts", func(t *testing.T) {
+			retry := []time.Duration{time.Minute, time.Minute}
+			mustPush(t, c, client.PushJob{Topic: "rs", ID: "rs2", TTR: time.Second, Retry: retry})
+			info, err := c.Get(ctx, "rs2")
+			if err != nil || info == nil {
+				t.Fatalf("Get = %+v, %v", info, err)
+			}
+			if info.MaxAttempts != 0 || info.AttemptsLimit != 3 {
+				t.Errorf("Get: max attempts %d, attempts limit %d; want 0 (as pushed) and 3", info.MaxAttempts, info.AttemptsLimit)
 			}
 		})
 

@@ -310,8 +310,8 @@ func cmdGet(ctx context.Context, a *app, args []string) error {
 }
 
 func attemptsOf(info *client.JobInfo) string {
-	if info.MaxAttempts > 0 {
-		return fmt.Sprintf("%d of %d", info.Attempts, info.MaxAttempts)
+	if info.AttemptsLimit > 0 {
+		return fmt.Sprintf("%d of %d", info.Attempts, info.AttemptsLimit)
 	}
 	return strconv.Itoa(info.Attempts)
 }
