@@ -280,6 +280,27 @@ func TestLifecycleEndpoints(t *testing.T) {
 			}
 		})
 
+		t.Run("finish with a receipt", func(t *testing.T) {
+			mustPush(t, c, client.PushJob{Topic: "receipt", ID: "r1", TTR: 10 * time.Second})
+			job, err := c.Pop(ctx, []string{"receipt"}, time.Second)
+			if err != nil || job == nil {
+				t.Fatalf("Pop = %+v, %v", job, err)
+			}
+			err = c.FinishDelivery(ctx, "r1", job.Attempts+1)
+			if !client.IsLeaseLost(err) || !strings.HasPrefix(messageOf(err), "stale delivery") {
+				t.Errorf("FinishDelivery with a wrong receipt = %v, want a stale delivery", err)
+			}
+			if info, err := c.Get(ctx, "r1"); err != nil || info == nil || info.State != client.StateReserved {
+				t.Fatalf("after a stale finish Get = %+v, %v; want the job still reserved", info, err)
+			}
+			if err := c.FinishDelivery(ctx, "r1", job.Attempts); err != nil {
+				t.Fatalf("FinishDelivery with its receipt: %v", err)
+			}
+			if info, err := c.Get(ctx, "r1"); err != nil || info != nil {
+				t.Fatalf("after the finish Get = %+v, %v; want nil", info, err)
+			}
+		})
+
 		t.Run("retry schedule decides the release delay", func(t *testing.T) {
 			mustPush(t, c, client.PushJob{Topic: "sched", ID: "s1", TTR: 10 * time.Second, Retry: []time.Duration{2 * time.Minute}})
 			if _, err := c.Pop(ctx, []string{"sched"}, time.Second); err != nil {
@@ -556,6 +577,12 @@ func TestRequestsOnTheWire(t *testing.T) {
 			_, err := c.Touch(ctx, "1", 2)
 			return err
 		}, "/touch", `{"id":"1","attempt":2}`},
+		{"finish with a receipt", func(c *client.Client) error {
+			return c.FinishDelivery(ctx, "1", 2)
+		}, "/finish", `{"id":"1","attempt":2}`},
+		{"finish with receipt 0 sends none", func(c *client.Client) error {
+			return c.FinishDelivery(ctx, "1", 0)
+		}, "/finish", `{"id":"1"}`},
 		{"stats of all topics", func(c *client.Client) error {
 			_, err := c.Stats(ctx, "")
 			return err

@@ -421,6 +421,7 @@ func TestEndToEndLifecycle(t *testing.T) {
 			t.Run("retry, release, dead letters, kick", func(t *testing.T) { e2eRetryToDead(t, url) })
 			t.Run("batches, stats, topics", func(t *testing.T) { e2eBatches(t, url) })
 			t.Run("touch and refusals", func(t *testing.T) { e2eTouchAndRefusals(t, url) })
+			t.Run("finish with a receipt", func(t *testing.T) { e2eFinishWithReceipt(t, url) })
 		})
 	}
 }

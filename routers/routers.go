@@ -26,6 +26,7 @@ type Queue interface {
 	Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error)
 	PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*delayqueue.Delivery, error)
 	Finish(ctx context.Context, id string) error
+	FinishDelivery(ctx context.Context, id string, attempt int) (state string, err error)
 	FinishBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error)
 	Delete(ctx context.Context, id string) error
 	DeleteBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error)

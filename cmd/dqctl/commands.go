@@ -215,6 +215,7 @@ func cmdPop(ctx context.Context, a *app, args []string) error {
 
 func cmdFinish(ctx context.Context, a *app, args []string) error {
 	fs := a.flagSet("finish")
+	attempt := fs.Int("attempt", 0, "the delivery's attempts from pop (one id): refused if the job was delivered again since")
 	ids, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -222,8 +223,17 @@ func cmdFinish(ctx context.Context, a *app, args []string) error {
 	if len(ids) == 0 {
 		return usagef("give at least one job id")
 	}
-	result, err := a.client.FinishIDs(ctx, ids)
-	if err != nil && len(result.Dead) == 0 {
+	var result client.FinishResult
+	if isSet(fs, "attempt") {
+		if len(ids) != 1 || *attempt < 1 {
+			return usagef("--attempt takes one job id and an attempt of at least 1")
+		}
+		if err = a.client.FinishDelivery(ctx, ids[0], *attempt); err != nil {
+			return err
+		}
+		// An unknown id is finished too, as without --attempt.
+		result.Finished = 1
+	} else if result, err = a.client.FinishIDs(ctx, ids); err != nil && len(result.Dead) == 0 {
 		return err
 	}
 	if result.Dead == nil {

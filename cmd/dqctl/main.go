@@ -75,7 +75,7 @@ func commands() map[string]command {
 			"       dqctl push --file jobs.jsonl [--batch 500]",
 			"push a job, or a JSON-lines file of jobs in batches", cmdPush},
 		"pop":     {"pop [--timeout D] [--count N] TOPIC[,TOPIC...] [TOPIC...]", "take ready jobs (the first listed topic wins)", cmdPop},
-		"finish":  {"finish ID [ID...]", "mark delivered jobs done", cmdFinish},
+		"finish":  {"finish [--attempt N] ID [ID...]", "mark delivered jobs done", cmdFinish},
 		"delete":  {"delete ID [ID...]", "remove jobs in any state", cmdDelete},
 		"get":     {"get ID", "show a job", cmdGet},
 		"release": {"release [--delay D] [--attempt N] ID", "give a reserved job back (a failed delivery)", cmdRelease},
