@@ -220,8 +220,8 @@ const (
 	msgStale       = "stale delivery"
 )
 
-// IsLeaseLost reports whether err is the server refusing a release or touch
-// because the delivery is no longer the caller's: the job is unknown,
+// IsLeaseLost reports whether err is the server refusing a release, a touch
+// or a FinishDelivery because the delivery is no longer the caller's: the job is unknown,
 // finished, dead-lettered, not reserved, or delivered again since (a stale
 // receipt). Acting further on that delivery is pointless.
 func IsLeaseLost(err error) bool {

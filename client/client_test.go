@@ -149,8 +149,20 @@ func TestLifecycleEndpoints(t *testing.T) {
 			if err != nil || info == nil {
 				t.Fatalf("Get = %+v, %v", info, err)
 			}
-			if !slices.Equal(info.Retry, retry) || info.MaxAttempts != 5 || info.CreatedAt.IsZero() {
+			if !slices.Equal(info.Retry, retry) || info.MaxAttempts != 5 || info.AttemptsLimit != 5 || info.CreatedAt.IsZero() {
 				t.Errorf("Get = %+v", info)
+			}
+		})
+
+		t.Run("a schedule without max_attempts limits the attempts", func(t *testing.T) {
+			retry := []time.Duration{time.Minute, time.Minute}
+			mustPush(t, c, client.PushJob{Topic: "rs", ID: "rs2", TTR: time.Second, Retry: retry})
+			info, err := c.Get(ctx, "rs2")
+			if err != nil || info == nil {
+				t.Fatalf("Get = %+v, %v", info, err)
+			}
+			if info.MaxAttempts != 0 || info.AttemptsLimit != 3 {
+				t.Errorf("Get: max attempts %d, attempts limit %d; want 0 (as pushed) and 3", info.MaxAttempts, info.AttemptsLimit)
 			}
 		})
 
@@ -265,6 +277,27 @@ func TestLifecycleEndpoints(t *testing.T) {
 			}
 			if _, err := c.Touch(ctx, "missing", 0); !client.IsLeaseLost(err) {
 				t.Errorf("Touch of an unknown job = %v", err)
+			}
+		})
+
+		t.Run("finish with a receipt", func(t *testing.T) {
+			mustPush(t, c, client.PushJob{Topic: "receipt", ID: "r1", TTR: 10 * time.Second})
+			job, err := c.Pop(ctx, []string{"receipt"}, time.Second)
+			if err != nil || job == nil {
+				t.Fatalf("Pop = %+v, %v", job, err)
+			}
+			err = c.FinishDelivery(ctx, "r1", job.Attempts+1)
+			if !client.IsLeaseLost(err) || !strings.HasPrefix(messageOf(err), "stale delivery") {
+				t.Errorf("FinishDelivery with a wrong receipt = %v, want a stale delivery", err)
+			}
+			if info, err := c.Get(ctx, "r1"); err != nil || info == nil || info.State != client.StateReserved {
+				t.Fatalf("after a stale finish Get = %+v, %v; want the job still reserved", info, err)
+			}
+			if err := c.FinishDelivery(ctx, "r1", job.Attempts); err != nil {
+				t.Fatalf("FinishDelivery with its receipt: %v", err)
+			}
+			if info, err := c.Get(ctx, "r1"); err != nil || info != nil {
+				t.Fatalf("after the finish Get = %+v, %v; want nil", info, err)
 			}
 		})
 
@@ -544,6 +577,12 @@ func TestRequestsOnTheWire(t *testing.T) {
 			_, err := c.Touch(ctx, "1", 2)
 			return err
 		}, "/touch", `{"id":"1","attempt":2}`},
+		{"finish with a receipt", func(c *client.Client) error {
+			return c.FinishDelivery(ctx, "1", 2)
+		}, "/finish", `{"id":"1","attempt":2}`},
+		{"finish with receipt 0 sends none", func(c *client.Client) error {
+			return c.FinishDelivery(ctx, "1", 0)
+		}, "/finish", `{"id":"1"}`},
 		{"stats of all topics", func(c *client.Client) error {
 			_, err := c.Stats(ctx, "")
 			return err

@@ -129,6 +129,20 @@ func (c *Client) Finish(ctx context.Context, id string) error {
 	return c.Call(ctx, "/finish", idRequest{id}, nil)
 }
 
+// FinishDelivery finishes a job only while attempt (the delivery's
+// Job.Attempts, its receipt) is the delivery that holds it. The server
+// refuses a job delivered again since, no longer reserved (the lease ran
+// out, or it was released) or dead-lettered, and leaves it alone: the
+// error is an *APIError for which IsLeaseLost is true. An unknown id is
+// not an error, as for Finish; attempt 0 is Finish.
+func (c *Client) FinishDelivery(ctx context.Context, id string, attempt int) error {
+	req := struct {
+		ID      string `json:"id"`
+		Attempt int    `json:"attempt,omitempty"`
+	}{id, attempt}
+	return c.Call(ctx, "/finish", req, nil)
+}
+
 // FinishIDs finishes 1 to 1000 jobs. When some are dead-lettered, it
 // returns both the result (the others are finished) and an *APIError.
 // When some ids could not be handled (part of Redis unavailable), the

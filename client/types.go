@@ -301,6 +301,12 @@ type JobInfo struct {
 	CreatedAt   time.Time
 	MaxAttempts int
 	Retry       []time.Duration
+	// AttemptsLimit is the number of deliveries the job gets before the
+	// dead letters, as the server enforces it: MaxAttempts (as pushed)
+	// when set, else len(Retry)+1 with a schedule (a callback job pushed
+	// without either has the default backoff, so 6); 0 is unlimited. It
+	// is 0 from a server older than this field.
+	AttemptsLimit int
 	// LeaseUntil is the end of the current delivery, for a reserved job.
 	LeaseUntil time.Time
 	// DeadReason and DeadAt are set for a dead-lettered job.
@@ -326,6 +332,8 @@ type jobInfoWire struct {
 	DeadReason   string  `json:"dead_reason,omitempty"`
 	DeadAt       int64   `json:"dead_at,omitempty"`
 	DeadAtMS     int64   `json:"dead_at_ms,omitempty"`
+
+	AttemptsLimit int `json:"attempts_limit"`
 }
 
 // MarshalJSON writes the job as /get answers it.
@@ -341,6 +349,7 @@ func (j JobInfo) MarshalJSON() ([]byte, error) {
 		Retry:       []int64{},
 		DeadReason:  j.DeadReason,
 	}
+	w.AttemptsLimit = j.AttemptsLimit
 	w.Delay, w.DelayMS = unixPair(j.Due)
 	w.CreatedAt, w.CreatedAtMS = unixPair(j.CreatedAt)
 	w.LeaseUntil, w.LeaseUntilMS = unixPair(j.LeaseUntil)
@@ -371,6 +380,7 @@ func (j *JobInfo) UnmarshalJSON(data []byte) error {
 		DeadReason:  w.DeadReason,
 		DeadAt:      timeOf(w.DeadAt, w.DeadAtMS),
 	}
+	j.AttemptsLimit = w.AttemptsLimit
 	for _, wait := range w.Retry {
 		j.Retry = append(j.Retry, time.Duration(wait)*time.Second)
 	}

@@ -278,9 +278,30 @@ cluster = yes
 			},
 		},
 		{
-			name:   "last of a repeated key wins",
-			ini:    "bucket_size = 4\nbucket_size = 5\n",
-			change: func(c *Config) { c.BucketSize = 5 },
+			name:         "last of a repeated key wins, with a warning",
+			ini:          "bucket_size = 4\nbucket_size = 5\n",
+			change:       func(c *Config) { c.BucketSize = 5 },
+			wantWarnings: []string{"bucket_size is given 2 times: the last value is used"},
+		},
+		{
+			// The README's webhook walkthrough once said to add keys the
+			// shipped conf has, empty, further down.
+			name:         "a key set at the top and left empty below is empty",
+			ini:          "callback_allow = 127.0.0.1\nbind_address = 127.0.0.1:9277\ncallback_allow =\n",
+			change:       func(c *Config) { c.BindAddress = "127.0.0.1:9277" },
+			wantWarnings: []string{"callback_allow is given 2 times: the last value is used"},
+		},
+		{
+			name:         "a repeat of the same value warns too",
+			ini:          "dead_ttl = 60\ndead_ttl = 60\ndead_ttl = 60\n",
+			change:       func(c *Config) { c.DeadTTL = time.Minute },
+			wantWarnings: []string{"dead_ttl is given 3 times: the last value is used"},
+		},
+		{
+			name:         "a repeat in a section, the section given twice",
+			ini:          "[redis]\ndb = 2\n[redis]\ndb = 3\n",
+			change:       func(c *Config) { c.Redis.DB = 3 },
+			wantWarnings: []string{"[redis] db is given 2 times: the last value is used"},
 		},
 	}
 	for _, tt := range tests {

@@ -19,8 +19,9 @@ import (
 // starts a comment, as in the original (ini.v1 with its default options).
 //
 // warnings lists what was ignored: unknown keys (old confs carry keys that
-// are gone, such as bucket) and empty numeric values. The error, if any,
-// names the file and the key at fault.
+// are gone, such as bucket), empty numeric values, and the earlier values
+// of a key given more than once (the last one wins, as in the original).
+// The error, if any, names the file and the key at fault.
 func Load(path string) (Config, []string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -38,7 +39,10 @@ func Load(path string) (Config, []string, error) {
 
 // Parse reads ini text over Default() and validates the result. See Load.
 func Parse(data []byte) (Config, []string, error) {
-	file, err := ini.Load(data)
+	// Shadows keep every value of a key given more than once, so that the
+	// repeat can be reported; the last one is used.
+	file, err := ini.LoadSources(ini.LoadOptions{AllowShadows: true, AllowDuplicateShadowValues: true,
+		PreserveEmptyShadowValues: true}, data)
 	if err != nil {
 		return Config{}, nil, fmt.Errorf("parse ini: %w", err)
 	}
@@ -68,7 +72,11 @@ func Parse(data []byte) (Config, []string, error) {
 				return Config{}, warnings, fmt.Errorf("%s is set twice (as %s and as %s)", name, earlier, spelling)
 			}
 			writtenAs[name] = spelling
-			warning, err := set(&cfg, strings.TrimSpace(key.Value()))
+			values := key.ValueWithShadows()
+			if len(values) > 1 {
+				warnings = append(warnings, fmt.Sprintf("%s is given %d times: the last value is used", spelling, len(values)))
+			}
+			warning, err := set(&cfg, strings.TrimSpace(values[len(values)-1]))
 			if err != nil {
 				return Config{}, warnings, fmt.Errorf("%s: %w", name, err)
 			}

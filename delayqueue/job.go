@@ -29,6 +29,53 @@ func (q *Queue) Finish(ctx context.Context, id string) error {
 	return nil
 }
 
+// FinishDelivery finishes a job only while attempt is its current
+// delivery, still reserved: attempt is that delivery's receipt (Delivery.
+// Attempts), as Release and Touch take it. A job delivered again since
+// gives ErrStaleDelivery, one no longer reserved (its lease ran out, or it
+// was released) ErrNotReserved, a dead-lettered one ErrDead; each is left
+// alone, and state says what it is. An unknown id is not an error, as for
+// Finish; attempt 0 is Finish.
+func (q *Queue) FinishDelivery(ctx context.Context, id string, attempt int) (state string, err error) {
+	switch {
+	case attempt == 0:
+		return "", q.Finish(ctx, id)
+	case attempt < 0:
+		return "", fmt.Errorf("finish: %w: attempt must be positive", ErrInvalidJob)
+	case id == "":
+		return "", fmt.Errorf("finish: %w: id is empty", ErrInvalidJob)
+	}
+	if err := q.started(ctx); err != nil {
+		return "", fmt.Errorf("finish %s: %w", id, err)
+	}
+	// finish.lua's form for one delivery: an empty first id, then the id
+	// and the attempt. It is not coalesced with other finishes.
+	reply, err := redis.Values(q.callAck(ctx, q.partitionOf(id), q.scripts.finish, nil, "", id, attempt))
+	if err != nil {
+		return "", fmt.Errorf("finish %s: %w", id, err)
+	}
+	if len(reply) != 3 {
+		return "", fmt.Errorf("finish %s: reply of %d values", id, len(reply))
+	}
+	status, err1 := redis.Int(reply[0], nil)
+	state, err2 := redis.String(reply[1], nil)
+	if err := errors.Join(err1, err2); err != nil {
+		return "", fmt.Errorf("finish %s: reply: %w", id, err)
+	}
+	switch status {
+	case 0:
+		return "", nil
+	case 1:
+		topic, err := redis.String(reply[2], nil)
+		if err != nil {
+			return "", fmt.Errorf("finish %s: reply: %w", id, err)
+		}
+		q.obs.JobsFinished(topic, 1)
+		return state, nil
+	}
+	return state, heldRefusal("finish", id, status, state)
+}
+
 // RemoveStatus says what a finish or delete did to one id.
 type RemoveStatus int
 
@@ -196,16 +243,8 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return "", time.Time{}, fmt.Errorf("%s %s: reply: %w", op, id, err)
 	}
-	switch status {
-	case 0:
-		return "", time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrNotFound)
-	case -1:
-		if state == StateDead {
-			return state, time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrDead)
-		}
-		return state, time.Time{}, fmt.Errorf("%s %s: %w (it is %s)", op, id, ErrNotReserved, state)
-	case -2:
-		return state, time.Time{}, fmt.Errorf("%s %s: %w", op, id, ErrStaleDelivery)
+	if status != 1 {
+		return state, time.Time{}, heldRefusal(op, id, status, state)
 	}
 	if len(reply) > 4 {
 		// release.lua: the topic, then the topics it made ready to signal.
@@ -220,6 +259,23 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 		}
 	}
 	return state, time.UnixMilli(at), nil
+}
+
+// heldRefusal is the error of a refusal by held_delivery (lib/held.lua):
+// status 0 unknown id, -1 not reserved (state says what it is), -2 stale
+// delivery.
+func heldRefusal(op, id string, status int, state string) error {
+	switch {
+	case status == 0:
+		return fmt.Errorf("%s %s: %w", op, id, ErrNotFound)
+	case status == -1 && state == StateDead:
+		return fmt.Errorf("%s %s: %w", op, id, ErrDead)
+	case status == -1:
+		return fmt.Errorf("%s %s: %w (it is %s)", op, id, ErrNotReserved, state)
+	case status == -2:
+		return fmt.Errorf("%s %s: %w", op, id, ErrStaleDelivery)
+	}
+	return fmt.Errorf("%s %s: unexpected status %d", op, id, status)
 }
 
 // Get returns the stored view of a job, or nil when there is no such job.

@@ -133,3 +133,15 @@ type JobInfo struct {
 	LastError    string
 	LastResponse string
 }
+
+// AttemptsLimit is the number of deliveries after which the job goes to the
+// dead letters, the rule attempts_limit in scripts/lib/retry.lua enforces:
+// MaxAttempts when set, else len(Retry)+1 with a schedule, else 0
+// (unlimited). A callback job pushed without either was stored with
+// DefaultCallbackRetry, so its limit is len(DefaultCallbackRetry)+1.
+func (j *JobInfo) AttemptsLimit() int {
+	if j.MaxAttempts > 0 || len(j.Retry) == 0 {
+		return j.MaxAttempts
+	}
+	return len(j.Retry) + 1
+}

@@ -120,6 +120,8 @@ type e2eJob struct {
 	DeadReason   string `json:"dead_reason,omitempty"`
 	DeadAt       int64  `json:"dead_at,omitempty"`
 	DeadAtMS     int64  `json:"dead_at_ms,omitempty"`
+
+	AttemptsLimit int `json:"attempts_limit"`
 }
 
 // decodeExactly decodes data into v, failing on fields v does not have and
@@ -419,6 +421,7 @@ func TestEndToEndLifecycle(t *testing.T) {
 			t.Run("retry, release, dead letters, kick", func(t *testing.T) { e2eRetryToDead(t, url) })
 			t.Run("batches, stats, topics", func(t *testing.T) { e2eBatches(t, url) })
 			t.Run("touch and refusals", func(t *testing.T) { e2eTouchAndRefusals(t, url) })
+			t.Run("finish with a receipt", func(t *testing.T) { e2eFinishWithReceipt(t, url) })
 		})
 	}
 }
@@ -430,7 +433,7 @@ func e2eRetryToDead(t *testing.T, url string) {
 	before := time.Now()
 	mustSucceed(t, url, "/push", `{"topic":"life","id":"L1","ttr":10,"retry":[1],"max_attempts":2,"body":"work"}`)
 	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateReady || !slices.Equal(job.Retry, []int{1}) ||
-		job.MaxAttempts != 2 || job.CreatedAtMS < before.UnixMilli()-2000 || job.CreatedAt != job.CreatedAtMS/1000 {
+		job.MaxAttempts != 2 || job.AttemptsLimit != 2 || job.CreatedAtMS < before.UnixMilli()-2000 || job.CreatedAt != job.CreatedAtMS/1000 {
 		t.Fatalf("get after push: %+v", job)
 	}
 

@@ -23,15 +23,24 @@ func decodeID(body []byte) (idRequest, error) {
 	return decodeIDObject(obj)
 }
 
-// idsRequest is the body of /finish and /delete: {"id"} or {"ids":[...]}.
+// idsRequest is the body of /finish and /delete: {"id"} or {"ids":[...]};
+// /finish also takes {"id","attempt"}.
 type idsRequest struct {
 	ID  string   // set for {"id"}
 	IDs []string // set for {"ids"}: distinct, in the order first given
+	// Attempt (/finish with id only) is the delivery's receipt, 0 when
+	// absent: the finish is then not checked.
+	Attempt int
 }
 
-// decodeIDs parses and validates a body holding one job id or a list.
-func decodeIDs(body []byte) (idsRequest, error) {
-	obj, err := parseObject(body, "id", "ids")
+// decodeIDs parses and validates a body holding one job id or a list, and
+// withAttempt (/finish) the attempt that may come with one id.
+func decodeIDs(body []byte, withAttempt bool) (idsRequest, error) {
+	fields := []string{"id", "ids"}
+	if withAttempt {
+		fields = append(fields, "attempt")
+	}
+	obj, err := parseObject(body, fields...)
 	if err != nil {
 		return idsRequest{}, err
 	}
@@ -39,8 +48,16 @@ func decodeIDs(body []byte) (idsRequest, error) {
 		return idsRequest{}, err
 	}
 	if !obj.has("ids") {
-		req, err := decodeIDObject(obj)
-		return idsRequest{ID: req.ID}, err
+		idReq, err := decodeIDObject(obj)
+		if err != nil {
+			return idsRequest{}, err
+		}
+		attempt, err := obj.intField("attempt", 1, maxAttemptNumber, "the attempts of the delivery, as /pop gave them")
+		return idsRequest{ID: idReq.ID, Attempt: int(attempt)}, err
+	}
+	if obj.has("attempt") {
+		// Refused rather than ignored: the finish would not be checked.
+		return idsRequest{}, errors.New("attempt goes with id, not with ids: a batch finish is not checked against deliveries")
 	}
 	elements, err := obj.arrayField("ids", 1, delayqueue.MaxIDsPerCall, "ids")
 	if err != nil {
@@ -91,12 +108,12 @@ type deleteView struct {
 // readIDs reads and decodes the body of /finish or /delete, and notes the
 // (first) job id for the log line. On failure it answers the request itself
 // and returns false.
-func (h *handler) readIDs(w http.ResponseWriter, r *http.Request) (idsRequest, bool) {
+func (h *handler) readIDs(w http.ResponseWriter, r *http.Request, withAttempt bool) (idsRequest, bool) {
 	body, ok := h.readBody(w, r)
 	if !ok {
 		return idsRequest{}, false
 	}
-	req, err := decodeIDs(body)
+	req, err := decodeIDs(body, withAttempt)
 	if err != nil {
 		fail(w, r, err.Error())
 		return idsRequest{}, false
@@ -110,15 +127,21 @@ func (h *handler) readIDs(w http.ResponseWriter, r *http.Request) (idsRequest, b
 }
 
 // finish marks delivered jobs done for good. An unknown id is a success, as
-// in the original; a dead-lettered job is refused (delete removes it).
+// in the original; a dead-lettered job is refused (delete removes it). With
+// an attempt, a delivery that no longer holds the job is refused too.
 func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
-	req, ok := h.readIDs(w, r)
+	req, ok := h.readIDs(w, r, true)
 	if !ok {
 		return
 	}
 	if req.IDs == nil {
-		if err := h.queue.Finish(r.Context(), req.ID); err != nil {
-			h.failQueue(w, r, "finish", err)
+		if req.Attempt == 0 {
+			if err := h.queue.Finish(r.Context(), req.ID); err != nil {
+				h.failQueue(w, r, "finish", err)
+				return
+			}
+		} else if state, err := h.queue.FinishDelivery(r.Context(), req.ID, req.Attempt); err != nil {
+			h.failLeaseChange(w, r, "finish", err, state, req.Attempt)
 			return
 		}
 		succeed(w, r, "finished", nil)
@@ -153,7 +176,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
 // delete removes jobs in any state, dead letters included. An unknown id is
 // a success.
 func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
-	req, ok := h.readIDs(w, r)
+	req, ok := h.readIDs(w, r, false)
 	if !ok {
 		return
 	}

@@ -24,6 +24,11 @@ type jobView struct {
 	CreatedAtMS int64  `json:"created_at_ms"`
 	MaxAttempts int    `json:"max_attempts"`
 	Retry       []int  `json:"retry"` // [] without a schedule
+	// AttemptsLimit is the deliveries the job gets before the dead
+	// letters, as the engine enforces it: max_attempts (kept as pushed),
+	// else len(retry)+1 with a schedule (a callback job pushed without
+	// either was given the default backoff); 0 is unlimited.
+	AttemptsLimit int `json:"attempts_limit"`
 	// Only for a reserved job: the end of its lease.
 	LeaseUntil   *int64 `json:"lease_until,omitempty"`
 	LeaseUntilMS *int64 `json:"lease_until_ms,omitempty"`
@@ -54,6 +59,7 @@ func newJobView(info *delayqueue.JobInfo) jobView {
 		MaxAttempts: info.MaxAttempts,
 		Retry:       info.Retry,
 	}
+	view.AttemptsLimit = info.AttemptsLimit()
 	if view.Retry == nil {
 		view.Retry = []int{}
 	}

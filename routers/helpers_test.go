@@ -123,6 +123,11 @@ func (f *fakeQueue) Finish(ctx context.Context, id string) error {
 	return f.errOf("finish")
 }
 
+func (f *fakeQueue) FinishDelivery(ctx context.Context, id string, attempt int) (string, error) {
+	f.record(queueCall{op: "finishDelivery", id: id, attempt: attempt})
+	return f.state, f.errOf("finishDelivery")
+}
+
 func (f *fakeQueue) FinishBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error) {
 	f.record(queueCall{op: "finishBatch", ids: ids})
 	if err := f.errOf("finishBatch"); err != nil && f.statuses == nil {

@@ -171,32 +171,37 @@ func TestGetAnswers(t *testing.T) {
 			DueAt: due, State: delayqueue.StateDelay, CreatedAt: created},
 			`{"code":0,"message":"ok","data":{"topic":"order","id":"15","delay":1700000123,"ttr":30,"body":"hi",` +
 				`"delay_ms":1700000123456,"state":"delay","attempts":0,"created_at":1700000000,"created_at_ms":1700000000999,` +
-				`"max_attempts":0,"retry":[]}}`},
+				`"max_attempts":0,"retry":[],"attempts_limit":0}}`},
 		{"with a schedule", &delayqueue.JobInfo{ID: "15", Topic: "order", TTR: 30 * time.Second,
 			DueAt: due, State: delayqueue.StateReady, CreatedAt: created, Retry: []int{120, 600}, MaxAttempts: 5},
 			`{"code":0,"message":"ok","data":{"topic":"order","id":"15","delay":1700000123,"ttr":30,"body":"",` +
 				`"delay_ms":1700000123456,"state":"ready","attempts":0,"created_at":1700000000,"created_at_ms":1700000000999,` +
-				`"max_attempts":5,"retry":[120,600]}}`},
+				`"max_attempts":5,"retry":[120,600],"attempts_limit":5}}`},
+		{"a schedule without max_attempts has a limit", &delayqueue.JobInfo{ID: "15", Topic: "order", TTR: 30 * time.Second,
+			DueAt: due, State: delayqueue.StateReady, CreatedAt: created, Retry: []int{120, 600}},
+			`{"code":0,"message":"ok","data":{"topic":"order","id":"15","delay":1700000123,"ttr":30,"body":"",` +
+				`"delay_ms":1700000123456,"state":"ready","attempts":0,"created_at":1700000000,"created_at_ms":1700000000999,` +
+				`"max_attempts":0,"retry":[120,600],"attempts_limit":3}}`},
 		{"reserved job has its lease", &delayqueue.JobInfo{ID: "7", Topic: "t", Body: "", TTR: time.Second,
 			DueAt: due, State: delayqueue.StateReserved, Attempts: 3, CreatedAt: created, LeaseUntil: due.Add(time.Second)},
 			`{"code":0,"message":"ok","data":{"topic":"t","id":"7","delay":1700000123,"ttr":1,"body":"",` +
 				`"delay_ms":1700000123456,"state":"reserved","attempts":3,"created_at":1700000000,"created_at_ms":1700000000999,` +
-				`"max_attempts":0,"retry":[],"lease_until":1700000124,"lease_until_ms":1700000124456}}`},
+				`"max_attempts":0,"retry":[],"attempts_limit":0,"lease_until":1700000124,"lease_until_ms":1700000124456}}`},
 		{"dead job has reason and time", &delayqueue.JobInfo{ID: "7", Topic: "t", TTR: time.Second,
 			DueAt: due, State: delayqueue.StateDead, Attempts: 2, CreatedAt: created, Retry: []int{1}, MaxAttempts: 2,
 			DeadReason: delayqueue.ReasonReleased, DeadAt: due.Add(2 * time.Second),
 			LeaseUntil: due}, // a stale lease is not shown
 			`{"code":0,"message":"ok","data":{"topic":"t","id":"7","delay":1700000123,"ttr":1,"body":"",` +
 				`"delay_ms":1700000123456,"state":"dead","attempts":2,"created_at":1700000000,"created_at_ms":1700000000999,` +
-				`"max_attempts":2,"retry":[1],"dead_reason":"released","dead_at":1700000125,"dead_at_ms":1700000125456}}`},
+				`"max_attempts":2,"retry":[1],"attempts_limit":2,"dead_reason":"released","dead_at":1700000125,"dead_at_ms":1700000125456}}`},
 		{"a dead reason outside the dead state is not shown", &delayqueue.JobInfo{ID: "7", Topic: "t", TTR: time.Second,
 			DueAt: due, State: delayqueue.StateReady, CreatedAt: created, DeadReason: "released", DeadAt: due},
 			`{"code":0,"message":"ok","data":{"topic":"t","id":"7","delay":1700000123,"ttr":1,"body":"",` +
 				`"delay_ms":1700000123456,"state":"ready","attempts":0,"created_at":1700000000,"created_at_ms":1700000000999,` +
-				`"max_attempts":0,"retry":[]}}`},
+				`"max_attempts":0,"retry":[],"attempts_limit":0}}`},
 		{"unknown times are 0", &delayqueue.JobInfo{ID: "old", Topic: "t", TTR: time.Minute, State: delayqueue.StateReady},
 			`{"code":0,"message":"ok","data":{"topic":"t","id":"old","delay":0,"ttr":60,"body":"",` +
-				`"delay_ms":0,"state":"ready","attempts":0,"created_at":0,"created_at_ms":0,"max_attempts":0,"retry":[]}}`},
+				`"delay_ms":0,"state":"ready","attempts":0,"created_at":0,"created_at_ms":0,"max_attempts":0,"retry":[],"attempts_limit":0}}`},
 		{"unknown id", nil, `{"code":0,"message":"job not found","data":null}`},
 	}
 	for _, tc := range tests {

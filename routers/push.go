@@ -187,8 +187,9 @@ func decodeJob(obj jsonObject, maxJobBodyBytes int) (delayqueue.Job, error) {
 	}
 
 	if obj.has("callback") {
-		// A webhook job is called by the server; its lease comes from the
-		// callback's timeout, so ttr is optional and ignored.
+		// A webhook job is called by the server; its ttr is the lease of a
+		// call, from the callback's timeout, so a ttr given is checked and
+		// not used.
 		if job.Callback, err = decodeCallback(obj["callback"]); err != nil {
 			return delayqueue.Job{}, err
 		}

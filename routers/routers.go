@@ -27,6 +27,7 @@ type Queue interface {
 	Pop(ctx context.Context, topics []string, hold time.Duration) (*delayqueue.Delivery, error)
 	PopBatch(ctx context.Context, topics []string, count int, hold time.Duration) ([]*delayqueue.Delivery, error)
 	Finish(ctx context.Context, id string) error
+	FinishDelivery(ctx context.Context, id string, attempt int) (state string, err error)
 	FinishBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error)
 	Delete(ctx context.Context, id string) error
 	DeleteBatch(ctx context.Context, ids []string) ([]delayqueue.RemoveStatus, error)
@@ -87,8 +88,9 @@ type Options struct {
 	// Other clients are served by any name.
 	AllowedHosts []string
 	// UI, when not nil, serves static pages (the dashboard) under /ui and
-	// /ui/, for GET and HEAD, without the token: the pages hold no data,
-	// and the API calls they make carry it.
+	// /ui/, and the site's icon at /favicon.ico, for GET and HEAD, without
+	// the token: the pages hold no data, and the API calls they make
+	// carry it.
 	UI http.Handler
 	// ObserveRequest, when not nil, is called once per request when it is
 	// answered, with the route's path ("unknown" for a path that has no
@@ -238,6 +240,9 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 			routes = append(routes, route{method: http.MethodGet, path: path, handle: h.opts.UI.ServeHTTP,
 				access: accessOpen, raw: true})
 		}
+		// Browsers ask for it on their own, on any page of the server.
+		routes = append(routes, route{method: http.MethodGet, path: "/favicon.ico", handle: h.opts.UI.ServeHTTP,
+			access: accessOpen, raw: true, quiet: true})
 	}
 
 	mux := http.NewServeMux()

@@ -13,7 +13,11 @@ type statsRequest struct {
 	Topic string
 }
 
+// decodeStats accepts an empty body, as /topics does: no field is needed.
 func decodeStats(body []byte) (statsRequest, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return statsRequest{}, nil
+	}
 	obj, err := parseObject(body, "topic")
 	if err != nil {
 		return statsRequest{}, err

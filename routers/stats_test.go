@@ -26,6 +26,10 @@ func TestStats(t *testing.T) {
 		{"one topic", `{"topic":" mail "}`, map[string]delayqueue.TopicStats{"mail": counts["mail"]}, "mail",
 			`{"code":0,"message":"ok","data":{"mail":{"delay":1,"ready":2,"reserved":3,"dead":4}}}`},
 		{"no topics", `{}`, nil, "", `{"code":0,"message":"ok","data":{}}`},
+		// No field is needed, so no body is needed either (as for /topics).
+		{"empty body is all topics", ``, counts, "",
+			`{"code":0,"message":"ok","data":{"mail":{"delay":1,"ready":2,"reserved":3,"dead":4},"order":{"delay":0,"ready":0,"reserved":0,"dead":0}}}`},
+		{"blank body is all topics", " \n", nil, "", `{"code":0,"message":"ok","data":{}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,7 +45,7 @@ func TestStats(t *testing.T) {
 	}
 
 	for body, want := range map[string]string{
-		``:                   "request body is empty: send a JSON object",
+		`[]`:                 "request body must be a JSON object, got an array",
 		`{"topic":""}`:       "topic is required and must not be blank",
 		`{"topic":"a,b"}`:    "topic must not contain a comma (commas separate topics in /pop)",
 		`{"topic":5}`:        "topic must be a string, got a number",

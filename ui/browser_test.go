@@ -191,11 +191,13 @@ func TestBrowserDashboard(t *testing.T) {
 
 	// orders: four delayed (three due within the hour) and two ready.
 	for i, delay := range []int{120, 600, 1800, 7200} {
-		body := fmt.Sprintf(`{"order":%d}`, i+1)
+		job := map[string]any{"topic": "orders", "id": fmt.Sprintf("order-%d", i+1), "delay": delay, "ttr": 90,
+			"body": fmt.Sprintf(`{"order":%d}`, i+1)}
 		if i == 0 {
-			body = strings.Repeat("0123456789", 200) // 2000 characters: the preview cuts it
+			job["body"] = strings.Repeat("0123456789", 200) // 2000 characters: the preview cuts it
+			job["retry"] = []int{60, 600}                   // and no max_attempts: 3 attempts at most
 		}
-		s.post("/push", map[string]any{"topic": "orders", "id": fmt.Sprintf("order-%d", i+1), "delay": delay, "ttr": 90, "body": body})
+		s.post("/push", job)
 	}
 	for i := range 2 {
 		s.post("/push", map[string]any{"topic": "orders", "id": fmt.Sprintf("order-now-%d", i+1), "delay": 0, "ttr": 90, "body": "{}"})
@@ -281,7 +283,7 @@ return !!id && id.textContent === 'order-1' && !document.getElementById('lookup-
 for (const dd of document.querySelectorAll('#lookup-result dd')) out[dd.dataset.field] = dd.textContent;
 out.preview = document.getElementById('lookup-body').textContent;
 return out;`)
-	wantLookup := map[string]string{"topic": "orders", "state": "delay", "attempts": "0 no limit", "ttr": "90 s",
+	wantLookup := map[string]string{"topic": "orders", "state": "delay", "attempts": "0 of at most 3", "ttr": "90 s",
 		"body-size": "first 500 of 2,000 characters"}
 	for field, want := range wantLookup {
 		if lookup[field] != want {
@@ -294,6 +296,14 @@ return out;`)
 	if !strings.Contains(lookup["due"], "in 2 min") {
 		t.Errorf("due reads %q, want the local time and \"in 2 min\"", lookup["due"])
 	}
+
+	// A job without a schedule or max_attempts has no limit.
+	b.typeInto("#lookup-id", "order-2")
+	b.click("#lookup-form button[type=submit]")
+	b.waitUntil("the lookup shows order-2 without a limit", `
+const id = document.querySelector('#lookup-result dd[data-field=id]');
+const attempts = document.querySelector('#lookup-result dd[data-field=attempts]');
+return !!id && id.textContent === 'order-2' && attempts.textContent === '0 no limit';`)
 
 	// A code-1 answer is shown under the panel that made the call.
 	b.typeInto("#lookup-id", strings.Repeat("x", 300))

@@ -16,6 +16,12 @@ import (
 	"time"
 )
 
+// IconPath is where browsers look for a site's icon when a page names
+// none: the handler answers it with the dashboard's icon (the page names
+// its own, favicon.svg), so that a browser opening any path of the server
+// gets an icon rather than a 404 in the request log.
+const IconPath = "/favicon.ico"
+
 // Prefix is the path the dashboard is served under. The page itself is at
 // Prefix + "/"; Prefix alone redirects there, so that the page's relative
 // links (its assets, and "../push" style API calls) resolve the same way
@@ -38,6 +44,8 @@ func contentType(name string) string {
 		return "text/javascript; charset=utf-8"
 	case strings.HasSuffix(name, ".css"):
 		return "text/css; charset=utf-8"
+	case strings.HasSuffix(name, ".svg"):
+		return "image/svg+xml"
 	}
 	return ""
 }
@@ -62,7 +70,8 @@ type handler struct {
 }
 
 // Handler returns the dashboard's handler: GET and HEAD of Prefix+"/" (the
-// page) and of the files it loads. Mount it at both Prefix and Prefix+"/".
+// page), of the files it loads, and of IconPath. Mount it at Prefix,
+// Prefix+"/" and IconPath.
 // It needs no auth: the page holds no data, and asks the user for the API
 // token when an API call answers 401.
 func Handler() http.Handler {
@@ -83,8 +92,11 @@ func Handler() http.Handler {
 		sum := sha256.Sum256(content)
 		a := asset{name: name, contentType: ctype, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, content: content}
 		h.assets[Prefix+"/"+name] = a
-		if name == "index.html" {
+		switch name {
+		case "index.html":
 			h.assets[Prefix+"/"] = a
+		case "favicon.svg":
+			h.assets[IconPath] = a
 		}
 		return nil
 	})

@@ -41,6 +41,9 @@ func TestAssetsAreServedWithTheirContentTypes(t *testing.T) {
 		{"/ui/", "index.html", "text/html; charset=utf-8", "<!DOCTYPE html>"},
 		{"/ui/app.js", "app.js", "text/javascript; charset=utf-8", "'use strict';"},
 		{"/ui/style.css", "style.css", "text/css; charset=utf-8", ".topbar"},
+		{"/ui/favicon.svg", "favicon.svg", "image/svg+xml", "<svg"},
+		// Where browsers look for an icon on pages that name none.
+		{"/favicon.ico", "favicon.svg", "image/svg+xml", "<svg"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {

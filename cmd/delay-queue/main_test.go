@@ -162,6 +162,12 @@ func TestRunWithoutServing(t *testing.T) {
 			wantLog: []string{"level=WARN", "unknown key bucket ignored"},
 		},
 		{
+			name:    "a repeated key is a warning naming it",
+			args:    []string{"-c", writeConf(t, "callback_allow = 127.0.0.1", "redis.host = "+dead, "callback_allow =")},
+			wantErr: []string{dead},
+			wantLog: []string{"level=WARN", "callback_allow is given 2 times: the last value is used"},
+		},
+		{
 			name:    "log format json",
 			args:    []string{"-c", writeConf(t, "bucket = 5", "log_format = json", "redis.host = "+dead)},
 			wantErr: []string{dead},

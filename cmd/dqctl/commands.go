@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,8 +85,8 @@ func cmdPush(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&job.Topic, "topic", "", "topic of the job")
 	fs.StringVar(&job.ID, "id", "", "job id (pushing an existing id replaces that job)")
 	delay := &durationValue{d: &job.Delay}
-	fs.Var(delay, "delay", "wait before the job is ready (default 0: now)")
-	fs.Var(&durationValue{d: &job.TTR}, "ttr", "time to run: a delivery not finished within it is redelivered (default 60s)")
+	fs.Var(delay, "delay", "wait before the job is ready (0: now)")
+	fs.Var(&durationValue{d: &job.TTR}, "ttr", "time to run: a delivery not finished within it is redelivered")
 	fs.StringVar(&job.Body, "body", "", "job body")
 	bodyFile := fs.String("body-file", "", "read the body from this file (- for stdin)")
 	fs.Var(durationList{&job.Retry}, "retry", "retry schedule: waits before each redelivery, e.g. 120,600,1h")
@@ -165,7 +166,7 @@ func readFileOrStdin(path string) ([]byte, error) {
 func cmdPop(ctx context.Context, a *app, args []string) error {
 	fs := a.flagSet("pop")
 	var hold time.Duration
-	fs.Var(&durationValue{d: &hold}, "timeout", "how long to wait for a job (default 0: don't wait)")
+	fs.Var(&durationValue{d: &hold}, "timeout", "how long to wait for a job (0: don't wait)")
 	count := fs.Int("count", 0, "take up to this many jobs at once (1 to 100); 0 takes one")
 	positional, err := a.parse(fs, args)
 	if err != nil {
@@ -215,6 +216,7 @@ func cmdPop(ctx context.Context, a *app, args []string) error {
 
 func cmdFinish(ctx context.Context, a *app, args []string) error {
 	fs := a.flagSet("finish")
+	attempt := fs.Int("attempt", 0, "the delivery's attempts from pop (one id): refused if the job was delivered again since")
 	ids, err := a.parse(fs, args)
 	if err != nil {
 		return err
@@ -222,8 +224,17 @@ func cmdFinish(ctx context.Context, a *app, args []string) error {
 	if len(ids) == 0 {
 		return usagef("give at least one job id")
 	}
-	result, err := a.client.FinishIDs(ctx, ids)
-	if err != nil && len(result.Dead) == 0 {
+	var result client.FinishResult
+	if isSet(fs, "attempt") {
+		if len(ids) != 1 || *attempt < 1 {
+			return usagef("--attempt takes one job id and an attempt of at least 1")
+		}
+		if err = a.client.FinishDelivery(ctx, ids[0], *attempt); err != nil {
+			return err
+		}
+		// An unknown id is finished too, as without --attempt.
+		result.Finished = 1
+	} else if result, err = a.client.FinishIDs(ctx, ids); err != nil && len(result.Dead) == 0 {
 		return err
 	}
 	if result.Dead == nil {
@@ -310,8 +321,8 @@ func cmdGet(ctx context.Context, a *app, args []string) error {
 }
 
 func attemptsOf(info *client.JobInfo) string {
-	if info.MaxAttempts > 0 {
-		return fmt.Sprintf("%d of %d", info.Attempts, info.MaxAttempts)
+	if info.AttemptsLimit > 0 {
+		return fmt.Sprintf("%d of %d", info.Attempts, info.AttemptsLimit)
 	}
 	return strconv.Itoa(info.Attempts)
 }
@@ -427,6 +438,9 @@ func cmdTopics(ctx context.Context, a *app, args []string) error {
 }
 
 func cmdDead(ctx context.Context, a *app, args []string) error {
+	if len(args) > 0 && slices.Contains([]string{"-h", "-help", "--h", "--help"}, args[0]) {
+		return &helpRequest{flags: a.flagSet("dead")}
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return usagef("give a dead-letter command: list, kick or delete")
 	}

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -75,7 +76,7 @@ func commands() map[string]command {
 			"       dqctl push --file jobs.jsonl [--batch 500]",
 			"push a job, or a JSON-lines file of jobs in batches", cmdPush},
 		"pop":     {"pop [--timeout D] [--count N] TOPIC[,TOPIC...] [TOPIC...]", "take ready jobs (the first listed topic wins)", cmdPop},
-		"finish":  {"finish ID [ID...]", "mark delivered jobs done", cmdFinish},
+		"finish":  {"finish [--attempt N] ID [ID...]", "mark delivered jobs done", cmdFinish},
 		"delete":  {"delete ID [ID...]", "remove jobs in any state", cmdDelete},
 		"get":     {"get ID", "show a job", cmdGet},
 		"release": {"release [--delay D] [--attempt N] ID", "give a reserved job back (a failed delivery)", cmdRelease},
@@ -145,6 +146,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintf(stderr, "usage: dqctl %s\n", cmd.usage)
+		var help *helpRequest
+		if errors.As(err, &help) {
+			printFlags(stderr, help.flags)
+		}
 		return exitOK
 	case errors.As(err, &usage):
 		fmt.Fprintf(stderr, "dqctl %s: %s\nusage: dqctl %s\n", name, usage.msg, cmd.usage)
@@ -178,6 +183,16 @@ func (a *app) flagSet(name string) *flag.FlagSet {
 	return fs
 }
 
+// globalFlags are the flags every flag set of flagSet takes.
+var globalFlags = map[string]bool{"url": true, "token": true, "json": true}
+
+// helpRequest is a command's -h: run prints the command's usage and the
+// flags of its flag set. It wraps flag.ErrHelp.
+type helpRequest struct{ flags *flag.FlagSet }
+
+func (h *helpRequest) Error() string { return flag.ErrHelp.Error() }
+func (h *helpRequest) Unwrap() error { return flag.ErrHelp }
+
 // parse parses a command's flags wherever they appear among its arguments
 // and returns the positional arguments ("--" ends the flags).
 func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -186,7 +201,7 @@ func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, &helpRequest{flags: fs}
 			}
 			return nil, usagef("%v", err)
 		}
@@ -203,6 +218,59 @@ func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 	a.newClient()
 	return positional, nil
+}
+
+// printFlags lists the flags of fs, the command's own and then the global
+// ones, each with its type and its default. The token's default is never
+// shown: it may be the secret in $DQ_AUTH_TOKEN.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var own, global strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		b := &own
+		if globalFlags[f.Name] {
+			b = &global
+		}
+		fmt.Fprintf(b, "  --%s", f.Name)
+		if kind := flagKind(f); kind != "" {
+			fmt.Fprintf(b, " %s", kind)
+		}
+		fmt.Fprintf(b, "\n        %s", f.Usage)
+		if def := shownDefault(f); def != "" {
+			fmt.Fprintf(b, " (default %s)", def)
+		}
+		b.WriteString("\n")
+	})
+	if own.Len() > 0 {
+		fmt.Fprintf(w, "\nflags:\n%s", own.String())
+	}
+	fmt.Fprintf(w, "\nglobal flags:\n%s", global.String())
+}
+
+// flagKind names the kind of value a flag takes, "" for a boolean.
+func flagKind(f *flag.Flag) string {
+	switch f.Value.(type) {
+	case *durationValue:
+		return "duration"
+	case durationList:
+		return "durations"
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return ""
+	}
+	kind, _ := flag.UnquoteUsage(f)
+	return kind
+}
+
+// shownDefault is a flag's default as help shows it: "" for none (an empty
+// string, false, an empty list) and for the token.
+func shownDefault(f *flag.Flag) string {
+	switch {
+	case f.Name == "token", f.DefValue == "", f.DefValue == "false":
+		return ""
+	case flagKind(f) == "string":
+		return strconv.Quote(f.DefValue)
+	}
+	return f.DefValue
 }
 
 func printUsage(w io.Writer) {

@@ -203,6 +203,11 @@ func TestPushFlags(t *testing.T) {
 	}
 	r = mustDQ(t, url, "get", "n1")
 	wantContains(t, "get", r.stdout, "ATTEMPTS  0 of 3", "RETRY", "2m0s,10m0s,1h0m0s")
+
+	// A schedule without --max-attempts limits the job to len(retry)+1.
+	mustDQ(t, url, "push", "--topic", "n", "--id", "n2", "--retry", "1m,1m")
+	r = mustDQ(t, url, "get", "n2")
+	wantContains(t, "get", r.stdout, "ATTEMPTS  0 of 3")
 }
 
 func TestStatsTopicsAndDeadLetters(t *testing.T) {

@@ -624,12 +624,14 @@
       bodyBox.hidden = true;
       return;
     }
+    // attempts_limit is the limit the server enforces (a retry schedule
+    // without max_attempts has one); an older server sends max_attempts only.
+    const limit = job.attempts_limit ?? job.max_attempts;
     const parts = [
       ...field('id', 'Id', el('span', { class: 'mono', text: job.id })),
       ...field('topic', 'Topic', job.topic),
       ...field('state', 'State', el('span', { class: 'badge state-' + job.state, text: job.state })),
-      ...field('attempts', 'Attempts', String(job.attempts),
-        job.max_attempts ? `of at most ${job.max_attempts}` : 'no limit'),
+      ...field('attempts', 'Attempts', String(job.attempts), limit ? `of at most ${limit}` : 'no limit'),
       ...field('due', 'Due', formatDateTime(job.delay_ms), job.delay_ms ? formatRelative(job.delay_ms) : ''),
       ...field('ttr', 'TTR', formatSeconds(job.ttr)),
       ...field('created', 'Created', formatDateTime(job.created_at_ms), job.created_at_ms ? formatRelative(job.created_at_ms) : ''),

@@ -1,4 +1,5 @@
--- held.lua: a job acted on by its delivery (release, touch).
+-- held.lua: a job acted on by its delivery (release, touch, and finish
+-- with a receipt).
 
 -- held_delivery reads it and checks it: it returns the job, or a refusal
 -- reply {status, state or '', 0}: 0 unknown id, -1 not reserved (the
