@@ -21,6 +21,8 @@
 #   SERVER_BIN          the server binary to measure (default
 #                       BIN_DIR/delay-queue), e.g. an older build's
 #   CLUSTER=N           a cluster of N primaries (default 0: one Redis)
+#   BUCKET_SIZE=N       the server's bucket_size, its partitions (default
+#                       unset: the server's default, 3, or 12 on a cluster)
 #   REDIS_BENCH_REQUESTS  redis-benchmark's requests (default 200000)
 #   SERVER_GOMAXPROCS   the server's GOMAXPROCS (default: the cores but one)
 #   DEBUG_ADDR          the server's debug_addr (pprof), default none
@@ -197,6 +199,9 @@ redis.db = $redis_db
 ; measured; production setups with this load log at warn too.
 log_level = warn
 EOF
+if [[ -n ${BUCKET_SIZE:-} ]]; then
+	echo "bucket_size = $BUCKET_SIZE" >>"$work/delay-queue.conf"
+fi
 if [[ -n ${DEBUG_ADDR:-} ]]; then
 	echo "debug_addr = $DEBUG_ADDR" >>"$work/delay-queue.conf"
 fi

@@ -1,9 +1,12 @@
 // Command dq-bench is the delay-queue load tool. It speaks HTTP to a running
 // server as real clients do (keep-alive connections, N concurrent clients),
 // reads the server's Redis directly (INFO, CLIENT LIST, FLUSHDB between
-// phases), and prints each figure of the performance issue on stdout as
-// "name value unit", throughputs also as a ratio to redis-benchmark's SET
-// requests/s measured against the same Redis in the same run.
+// phases; on a cluster, every primary), and prints each figure of the
+// performance issues on stdout as "name value unit", throughputs also as a
+// ratio to redis-benchmark's SET requests/s measured against the same Redis
+// in the same run, and for every phase the Redis CPU per job it handled
+// (with each primary's share on a cluster). It drives any server by URL,
+// older builds included; figures a server cannot give are printed n/a.
 //
 // It empties the server's Redis db: point it at a throwaway Redis only.
 // scripts/bench.sh (make bench) starts everything and runs it.
@@ -119,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flags.IntVar(&s.maxActive, "redis-max-active", 0,
 		"the server's redis.max_active, for the held-pops connection budget (0: the server's default)")
 	flags.Float64Var(&s.setRPS, "set-rps", 0, "redis-benchmark SET requests/s of the same Redis, for the ratios (0: none)")
-	flags.IntVar(&s.serverPID, "server-pid", 0, "`pid` of the server process, to read its RSS (0: not reported)")
+	flags.IntVar(&s.serverPID, "server-pid", 0, "`pid` of the server process, to read its RSS and tell its Redis connections from others' (0: RSS not reported, every connection but the tool's counted)")
 	phaseList := flags.String("phases", strings.Join(allPhases(), ","), "comma-separated phases to run")
 	quick := flags.Bool("quick", false, "small sizes for a quick run (sizes given explicitly still apply)")
 	cpuProfile := flags.String("cpuprofile", "", "write the tool's own CPU profile to `file` (to see what the load costs)")
