@@ -7,6 +7,8 @@ LDFLAGS := -X main.version=$(VERSION)
 # whole run room, but not forever.
 TEST_TIMEOUT ?= 15m
 FUZZ_TIME    ?= 30s
+# make bench CLUSTER=3 runs the benchmark on a local cluster of 3 primaries.
+CLUSTER      ?= 0
 
 .DEFAULT_GOAL := help
 .PHONY: help run build test lint bench fuzz clean
@@ -33,10 +35,12 @@ lint: ## check formatting (gofmt) and run go vet
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-# Starts a throwaway redis-server and the server on free loopback ports, runs
-# redis-benchmark on that Redis for the reference rate, then cmd/dq-bench.
-bench: ## load benchmark: figures and ratios to redis-benchmark on the same Redis (ARGS=-quick: short run)
-	GO=$(GO) scripts/bench.sh $(ARGS)
+# Starts a throwaway redis-server (CLUSTER=N: a cluster of N primaries) and
+# the server on free loopback ports, runs redis-benchmark on that Redis for
+# the reference rate, then cmd/dq-bench. scripts/bench.sh lists the other
+# settings (WRK=1, SERVER_BIN...), passed through the environment.
+bench: ## load benchmark: figures, ratios to redis-benchmark and Redis CPU per job (ARGS=-quick: short run; CLUSTER=3: on a 3-primary cluster)
+	GO=$(GO) CLUSTER=$(CLUSTER) scripts/bench.sh $(ARGS)
 
 fuzz: ## fuzz the HTTP request parsing and decoding for FUZZ_TIME each (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./routers/

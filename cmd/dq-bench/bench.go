@@ -59,7 +59,7 @@ type batchSupport struct {
 const readyTopic = "bench-rd"
 
 func newBench(s settings, out io.Writer, logger *slog.Logger) (*bench, error) {
-	r, err := dialRedis(s.redisAddr, s.redisDB, s.redisPassword)
+	r, err := dialRedis(s.redisAddr, s.redisDB, s.redisPassword, s.keyPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +104,7 @@ func (b *bench) run(ctx context.Context) error {
 		phaseBurstSingle: func(ctx context.Context) error { return b.runBurst(ctx, false) },
 		phaseMemory:      b.runMemory,
 		phaseHeldPops:    b.runHeldPops,
+		phaseLifecycle:   b.runLifecycle,
 	}
 	var failed []string
 	for _, name := range allPhases() {
@@ -131,18 +132,27 @@ func (b *bench) run(ctx context.Context) error {
 	return nil
 }
 
-// checkServer makes sure both the server and its Redis answer, and starts
-// from an empty db.
+// checkServer makes sure both the server and its Redis answer, reads the
+// layout the server recorded, names the primaries, and starts from an
+// empty db.
 func (b *bench) checkServer(ctx context.Context) error {
-	if err := b.redis.flushDB(); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	probeCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if _, err := b.api.exists(ctx, "dq-bench-probe"); err != nil {
+	// A server answers job calls once it has recorded its layout (after
+	// migrating older data), so the layout is read after this.
+	if _, err := b.api.exists(probeCtx, "dq-bench-probe"); err != nil {
 		return fmt.Errorf("server at %s does not answer /get: %w", b.s.serverURL, err)
 	}
-	return nil
+	if err := b.redis.readLayout(); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.report.out, "redis-primaries %d nodes %s\n", len(b.redis.nodes), strings.Join(b.redis.addrs(), ","))
+	if n := b.redis.partitions(); n > 0 {
+		b.report.value("redis-partitions", float64(n), "partitions", nil)
+	} else {
+		fmt.Fprintln(b.report.out, "redis-partitions n/a no layout record")
+	}
+	return b.redis.flushDB()
 }
 
 // maxFailures is how many failed requests a phase tolerates before it

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -84,23 +85,32 @@ func TestReporterLines(t *testing.T) {
 	}
 }
 
-func TestCountOtherClients(t *testing.T) {
+func TestCountServerClients(t *testing.T) {
+	server := &processSockets{local: map[netip.AddrPort]bool{
+		netip.MustParseAddrPort("127.0.0.1:5"): true,
+		netip.MustParseAddrPort("[::1]:9"):     true,
+	}}
+	mixed := "id=3 addr=127.0.0.1:5 fd=8 name= db=1 cmd=blpop\n" +
+		"id=4 addr=127.0.0.1:6 fd=9 name=dq-bench db=1 cmd=client|list\n" +
+		"id=5 addr=127.0.0.1:7 fd=10 name= db=1 cmd=evalsha\n" +
+		"id=6 addr=[::1]:9 fd=11 name= db=1 cmd=evalsha\n"
 	tests := []struct {
-		name string
-		list string
-		want int
+		name   string
+		list   string
+		server *processSockets
+		want   int
 	}{
-		{"empty", "", 0},
-		{"only ours", "id=3 addr=127.0.0.1:5 laddr=127.0.0.1:6379 fd=8 name=dq-bench age=1 db=1 cmd=client|list\n", 0},
-		{"server and ours", "id=3 addr=127.0.0.1:5 fd=8 name= db=1 cmd=blpop\n" +
-			"id=4 addr=127.0.0.1:6 fd=9 name=dq-bench db=1 cmd=client|list\n" +
-			"id=5 addr=127.0.0.1:7 fd=10 name= db=1 cmd=evalsha\n", 2},
-		{"a name that only starts like ours", "id=3 addr=127.0.0.1:5 name=dq-bench-2 db=1\n", 1},
+		{"empty", "", nil, 0},
+		{"only ours", "id=3 addr=127.0.0.1:5 laddr=127.0.0.1:6379 fd=8 name=dq-bench age=1 db=1 cmd=client|list\n", nil, 0},
+		{"without the server's sockets, every one but ours", mixed, nil, 3},
+		{"with them, only the server's", mixed, server, 2},
+		{"ours is never the server's", "id=3 addr=127.0.0.1:5 name=dq-bench db=1\n", server, 0},
+		{"a name that only starts like ours", "id=3 addr=127.0.0.1:5 name=dq-bench-2 db=1\n", nil, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := countOtherClients(tt.list); got != tt.want {
-				t.Errorf("countOtherClients = %d, want %d", got, tt.want)
+			if got := countServerClients(tt.list, tt.server); got != tt.want {
+				t.Errorf("countServerClients = %d, want %d", got, tt.want)
 			}
 		})
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // heldHoldSeconds is the timeout of each held /pop: below the default
@@ -40,7 +42,7 @@ func (b *bench) runHeldPops(ctx context.Context) error {
 	if err := b.redis.flushDB(); err != nil {
 		return err
 	}
-	idleConns, err := b.redis.otherClients()
+	idleConns, err := b.serverConns()
 	if err != nil {
 		return err
 	}
@@ -107,9 +109,10 @@ func (b *bench) runHeldPops(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.logger.Info("held pops in place", "pops", total, "redis_conns_idle", idleConns,
-		"redis_conns_held", conns, "rss_bytes", rss)
+	b.logger.Info("held pops in place", "pops", total, "redis_conns_idle", sum(idleConns),
+		"redis_conns_held", sum(conns), "rss_bytes", rss)
 
+	cpu := b.markRedisCPU()
 	body := jobBody()
 	latencies := make([]time.Duration, 0, b.s.heldSamples)
 	for k := range b.s.heldSamples {
@@ -126,47 +129,118 @@ func (b *bench) runHeldPops(ctx context.Context) error {
 		latencies = append(latencies, got.Sub(sent))
 	}
 
+	cpuEnd := b.markRedisCPU()
 	conns2, rss2, err := b.serverFootprint()
 	if err != nil {
 		return err
 	}
-	conns, rss = max(conns, conns2), max(rss, rss2)
+	if sum(conns2) > sum(conns) {
+		conns = conns2
+	}
+	rss = max(rss, rss2)
 	if n := popErrors.Load() + finishErrors.Load(); n > 0 {
 		b.logger.Warn("held-pops: requests failed during sampling", "pops", popErrors.Load(), "finishes", finishErrors.Load())
 	}
 
-	sum := summarize(latencies)
+	latency := summarize(latencies)
 	b.report.value("held-pops-waiters", float64(total), "pops", nil)
-	b.report.value("held-pops-redis-conns", float64(conns), "conns", atMost(64))
+	b.reportHeldConns(conns)
 	if rss >= 0 {
 		b.report.value("held-pops-rss", math.Round(float64(rss)/(1<<20)*10)/10, "MiB", atMost(512))
 	} else {
 		fmt.Fprintln(b.report.out, "held-pops-rss n/a no -server-pid")
 	}
-	b.report.value("held-pops-p50", roundMillis(sum.p50), "ms", nil)
-	b.report.value("held-pops-p99", roundMillis(sum.p99), "ms", atMost(20))
-	b.report.value("held-pops-max", roundMillis(sum.max), "ms", nil)
+	b.report.value("held-pops-p50", roundMillis(latency.p50), "ms", nil)
+	b.report.value("held-pops-p99", roundMillis(latency.p99), "ms", atMost(20))
+	b.report.value("held-pops-max", roundMillis(latency.max), "ms", nil)
+	b.reportRedisCPUBetween(phaseHeldPops, cpu, cpuEnd, len(latencies))
 
 	stopWaiters()
 	waiters.Wait()
 	return b.redis.flushDB()
 }
 
-// serverFootprint reads the server's Redis connections and its RSS (-1
-// without -server-pid).
-func (b *bench) serverFootprint() (int, int64, error) {
-	conns, err := b.redis.otherClients()
+// serverFootprint reads the server's Redis connections on every primary
+// and its RSS (-1 without -server-pid).
+func (b *bench) serverFootprint() ([]int, int64, error) {
+	conns, err := b.serverConns()
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	if b.s.serverPID == 0 {
 		return conns, -1, nil
 	}
 	rss, err := processRSS(b.s.serverPID)
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	return conns, rss, nil
+}
+
+// serverConns counts the server's connections on every primary, as Redis
+// lists them (CLIENT LIST): with -server-pid, those coming from the
+// server's own sockets; without, every one but the tool's.
+func (b *bench) serverConns() ([]int, error) {
+	lists, err := b.redis.clientLists()
+	if err != nil {
+		return nil, err
+	}
+	// Read after the lists: a connection listed and since closed is no
+	// longer counted, one opened since is not listed.
+	var sockets *processSockets
+	if b.s.serverPID != 0 {
+		if sockets, err = readProcessSockets(b.s.serverPID); err != nil {
+			return nil, err
+		}
+	}
+	counts := make([]int, len(lists))
+	for i, list := range lists {
+		counts[i] = countServerClients(list, sockets)
+	}
+	return counts, nil
+}
+
+// reportHeldConns prints the server's Redis connections under the held
+// pops against the documented budget, when the server recorded its
+// partition count (this server before partitions did not: the figure is
+// then held to the earlier goal of 64), and on a cluster per primary.
+func (b *bench) reportHeldConns(conns []int) {
+	const name = "held-pops-redis-conns"
+	total := float64(sum(conns))
+	partitions := b.redis.partitions()
+	if partitions == 0 {
+		b.report.value(name, total, "conns", atMost(64))
+	} else {
+		maxActive := b.s.maxActive
+		if maxActive <= 0 {
+			maxActive = redisconn.DefaultMaxActive
+		}
+		budget := connectionBudget(len(conns), maxActive, partitions)
+		goal := atMost(float64(budget))
+		fmt.Fprintf(b.report.out, "%s %d conns %s budget=%d primaries x %d max_active + %d partitions x %d loops\n",
+			name, int(total), goal.annotate(total), len(conns), maxActive, partitions, loopsPerPartition(partitions))
+	}
+	if len(conns) > 1 {
+		per := make([]string, len(conns))
+		for i, n := range conns {
+			per[i] = strconv.Itoa(n)
+		}
+		fmt.Fprintf(b.report.out, "%s-per-primary %s conns\n", name, strings.Join(per, ","))
+	}
+}
+
+// connectionBudget is the most Redis connections one server process may
+// hold, as the engine documents it: every primary's pool (redis.max_active
+// each) and one dedicated connection per blocking dispatch loop. It never
+// depends on the held pops.
+func connectionBudget(primaries, maxActive, partitions int) int {
+	return primaries*maxActive + partitions*loopsPerPartition(partitions)
+}
+
+// loopsPerPartition is the engine's count of blocking dispatch loops per
+// partition (delayqueue/engine.go): about 4 in all, at least one each.
+func loopsPerPartition(partitions int) int {
+	return max(1, (4+partitions-1)/partitions)
 }
 
 // awaitDelivery waits for the delivery of id. A delivery of another id

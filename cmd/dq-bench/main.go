@@ -1,9 +1,12 @@
 // Command dq-bench is the delay-queue load tool. It speaks HTTP to a running
 // server as real clients do (keep-alive connections, N concurrent clients),
 // reads the server's Redis directly (INFO, CLIENT LIST, FLUSHDB between
-// phases), and prints each figure of the performance issue on stdout as
-// "name value unit", throughputs also as a ratio to redis-benchmark's SET
-// requests/s measured against the same Redis in the same run.
+// phases; on a cluster, every primary), and prints each figure of the
+// performance issues on stdout as "name value unit", throughputs also as a
+// ratio to redis-benchmark's SET requests/s measured against the same Redis
+// in the same run, and for every phase the Redis CPU per job it handled
+// (with each primary's share on a cluster). It drives any server by URL,
+// older builds included; figures a server cannot give are printed n/a.
 //
 // It empties the server's Redis db: point it at a throwaway Redis only.
 // scripts/bench.sh (make bench) starts everything and runs it.
@@ -48,6 +51,7 @@ const (
 	phaseLateness    = "lateness"
 	phaseBurst       = "burst-drain"
 	phaseBurstSingle = "burst-drain-single"
+	phaseLifecycle   = "lifecycle"
 	phaseMemory      = "redis-bytes-per-job"
 	phaseHeldPops    = "held-pops"
 )
@@ -56,7 +60,7 @@ const (
 func allPhases() []string {
 	return []string{
 		phasePush, phaseFloor, phasePopFinish, phasePushDelayed, phasePushBatch, phasePopBatch,
-		phaseLateness, phaseBurst, phaseBurstSingle, phaseMemory, phaseHeldPops,
+		phaseLateness, phaseBurst, phaseBurstSingle, phaseLifecycle, phaseMemory, phaseHeldPops,
 	}
 }
 
@@ -69,6 +73,8 @@ type settings struct {
 	redisAddr     string
 	redisDB       int
 	redisPassword string
+	keyPrefix     string // the server's key_prefix: its layout record is <prefix>layout
+	maxActive     int    // the server's redis.max_active, for the connection budget
 	setRPS        float64
 	serverPID     int
 	phases        []string
@@ -82,6 +88,7 @@ type settings struct {
 	latenessJobs   int
 	latenessSpread time.Duration
 	burstJobs      int
+	lifecycleJobs  int
 	memoryJobs     int
 	memoryClients  int
 	heldPops       int
@@ -107,11 +114,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"HTTP client: lean (a minimal keep-alive HTTP/1.1 client, like wrk) or std (Go's net/http)")
 	flags.BoolVar(&s.loop, "loop", runtime.GOOS == "linux",
 		"run push, pop-finish and http-floor on the event-loop client (epoll, Linux only), the cheapest for a shared machine; false: on goroutines with -http-client")
-	flags.StringVar(&s.redisAddr, "redis", "127.0.0.1:6379", "`host:port` of the server's Redis (its db is emptied!)")
+	flags.StringVar(&s.redisAddr, "redis", "127.0.0.1:6379",
+		"`host:port` of the server's Redis (its db is emptied!); of any node of a cluster, whose primaries are then all read and emptied")
 	flags.IntVar(&s.redisDB, "redis-db", 1, "the server's redis.db")
 	flags.StringVar(&s.redisPassword, "redis-password", "", "the server's redis.password")
+	flags.StringVar(&s.keyPrefix, "key-prefix", "dq_", "the server's key_prefix")
+	flags.IntVar(&s.maxActive, "redis-max-active", 0,
+		"the server's redis.max_active, for the held-pops connection budget (0: the server's default)")
 	flags.Float64Var(&s.setRPS, "set-rps", 0, "redis-benchmark SET requests/s of the same Redis, for the ratios (0: none)")
-	flags.IntVar(&s.serverPID, "server-pid", 0, "`pid` of the server process, to read its RSS (0: not reported)")
+	flags.IntVar(&s.serverPID, "server-pid", 0, "`pid` of the server process, to read its RSS and tell its Redis connections from others' (0: RSS not reported, every connection but the tool's counted)")
 	phaseList := flags.String("phases", strings.Join(allPhases(), ","), "comma-separated phases to run")
 	quick := flags.Bool("quick", false, "small sizes for a quick run (sizes given explicitly still apply)")
 	cpuProfile := flags.String("cpuprofile", "", "write the tool's own CPU profile to `file` (to see what the load costs)")
@@ -131,6 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		{"pop-count", &s.popCount, 100, 100, "count of a batch pop"},
 		{"lateness-jobs", &s.latenessJobs, 2000, 300, "jobs of the lateness phase"},
 		{"burst-jobs", &s.burstJobs, 50000, 5000, "jobs due in the same second (burst-drain)"},
+		{"lifecycle-jobs", &s.lifecycleJobs, 20000, 2000, "jobs of the lifecycle phase (push with a delay, pop, finish)"},
 		{"memory-jobs", &s.memoryJobs, 100000, 10000, "delayed jobs of redis-bytes-per-job"},
 		{"memory-clients", &s.memoryClients, 64, 64, "concurrent clients pushing them"},
 		{"held-pops", &s.heldPops, 10000, 1000, "concurrent held /pop requests"},

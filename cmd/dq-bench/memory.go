@@ -23,6 +23,7 @@ func (b *bench) runMemory(ctx context.Context) error {
 	}
 	body := jobBody()
 	total := b.s.memoryJobs
+	cpu := b.markRedisCPU()
 	ok, _, err := b.pushMany(ctx, b.s.memoryClients, total, func(i int) pushJob {
 		topic := fmt.Sprintf("mtopic%02d", i%memoryTopics)
 		return pushJob{Topic: topic, ID: jobID('m', i), Delay: 3600, TTR: jobTTR, Body: body}
@@ -33,6 +34,7 @@ func (b *bench) runMemory(ctx context.Context) error {
 	if ok != total {
 		return fmt.Errorf("redis-bytes-per-job: only %d of %d pushes acknowledged", ok, total)
 	}
+	cpuEnd := b.markRedisCPU()
 	// Let the server's connections go idle, so that their buffers do not
 	// count.
 	time.Sleep(200 * time.Millisecond)
@@ -47,5 +49,6 @@ func (b *bench) runMemory(ctx context.Context) error {
 	b.logger.Info("redis memory", "used_memory_before", before, "used_memory_after", after, "jobs", total, "keys", keys)
 	perJob := float64(after-before) / float64(total)
 	b.report.value(phaseMemory, math.Round(perJob), "bytes", atMost(450))
+	b.reportRedisCPUBetween(phaseMemory, cpu, cpuEnd, ok)
 	return b.redis.flushDB()
 }

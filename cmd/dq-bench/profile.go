@@ -28,7 +28,9 @@ type phaseProfile struct {
 func (b *bench) startProfile() phaseProfile {
 	p := phaseProfile{start: time.Now()}
 	_ = b.redis.resetStats()
-	p.redisCPU, _ = b.redis.cpuSeconds()
+	if cpu, err := b.redis.cpuSeconds(); err == nil {
+		p.redisCPU = sum(cpu)
+	}
 	p.serverCPU, _ = processCPUSeconds(b.s.serverPID)
 	p.toolCPU = ownCPUSeconds()
 	p.connectionsReceived, _ = b.redis.connectionsReceived()
@@ -44,7 +46,7 @@ func (b *bench) logProfile(phase string, p phaseProfile) {
 		attrs = append(attrs, "server_cpu_pct", round2(100*(cpu-p.serverCPU)/wall))
 	}
 	if cpu, err := b.redis.cpuSeconds(); err == nil {
-		attrs = append(attrs, "redis_cpu_pct", round2(100*(cpu-p.redisCPU)/wall))
+		attrs = append(attrs, "redis_cpu_pct", round2(100*(sum(cpu)-p.redisCPU)/wall))
 	}
 	attrs = append(attrs, "tool_cpu_pct", round2(100*(ownCPUSeconds()-p.toolCPU)/wall))
 	// New Redis connections during a phase mean a pool dialing instead of

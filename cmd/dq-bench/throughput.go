@@ -14,6 +14,7 @@ func (b *bench) runPush(ctx context.Context) error {
 	if err := b.redis.flushDB(); err != nil {
 		return err
 	}
+	cpu := b.markRedisCPU()
 	ok, took, err := b.pushReady(ctx)
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
@@ -21,6 +22,7 @@ func (b *bench) runPush(ctx context.Context) error {
 	b.readyJobs = ok
 	b.pushRate = float64(ok) / took.Seconds()
 	b.report.throughput(phasePush, b.pushRate, atLeast(0.27))
+	b.reportRedisCPU(phasePush, cpu, ok)
 	return nil
 }
 
@@ -41,6 +43,7 @@ func (b *bench) runPopFinish(ctx context.Context) error {
 	}
 	total := b.readyJobs
 	b.readyJobs = 0
+	cpu := b.markRedisCPU()
 	start := time.Now()
 	var lastFinish time.Time
 	if b.s.loop {
@@ -59,6 +62,7 @@ func (b *bench) runPopFinish(ctx context.Context) error {
 		lastFinish = drained.lastFinish
 	}
 	b.report.throughput(phasePopFinish, float64(total)/lastFinish.Sub(start).Seconds(), atLeast(0.15))
+	b.reportRedisCPU(phasePopFinish, cpu, total)
 	return nil
 }
 
@@ -89,6 +93,7 @@ func (b *bench) runPushDelayed(ctx context.Context) error {
 		return err
 	}
 	body := jobBody()
+	cpu := b.markRedisCPU()
 	ok, took, err := b.pushMany(ctx, b.s.clients, b.s.pushJobs, func(i int) pushJob {
 		return pushJob{Topic: "bench-dl", ID: jobID('d', i), Delay: 3600, TTR: jobTTR, Body: body}
 	})
@@ -96,6 +101,7 @@ func (b *bench) runPushDelayed(ctx context.Context) error {
 		return fmt.Errorf("push-delayed: %w", err)
 	}
 	b.report.throughput(phasePushDelayed, float64(ok)/took.Seconds(), nil)
+	b.reportRedisCPU(phasePushDelayed, cpu, ok)
 	return b.redis.flushDB()
 }
 
@@ -135,11 +141,13 @@ func (b *bench) runPushBatch(ctx context.Context) error {
 	if err := b.redis.flushDB(); err != nil {
 		return err
 	}
+	cpu := b.markRedisCPU()
 	pushed, took, err := b.pushBatches(ctx, "bench-bp", 'k', b.s.batchJobs)
 	if err != nil {
 		return fmt.Errorf("push-batch: %w", err)
 	}
 	b.report.throughput(phasePushBatch, float64(pushed)/took.Seconds(), atLeast(1.0))
+	b.reportRedisCPU(phasePushBatch, cpu, pushed)
 	return b.redis.flushDB()
 }
 
@@ -168,12 +176,14 @@ func (b *bench) runPopBatch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fill ready jobs: %w", err)
 	}
+	cpu := b.markRedisCPU()
 	start := time.Now()
 	drained, err := b.drain(ctx, topic, pushed, b.s.clients, b.s.popCount, nil)
 	if err != nil {
 		return fmt.Errorf("pop-batch: %w", err)
 	}
 	b.report.throughput(phasePopBatch, float64(pushed)/drained.lastFinish.Sub(start).Seconds(), atLeast(0.5))
+	b.reportRedisCPU(phasePopBatch, cpu, pushed)
 	return b.redis.flushDB()
 }
 

@@ -32,6 +32,7 @@ func (b *bench) runLateness(ctx context.Context) error {
 	poppedAt := make([]atomic.Int64, total)
 	var redelivered atomic.Int64
 
+	cpu := b.markRedisCPU()
 	drained := make(chan error, 1)
 	go func() {
 		_, err := b.drain(ctx, topic, total, b.s.clients, 0, func(d delivery, at time.Time) {
@@ -72,6 +73,7 @@ func (b *bench) runLateness(ctx context.Context) error {
 	b.report.value("lateness-p99", roundMillis(sum.p99), "ms", atMost(10))
 	b.report.value("lateness-min", roundMillis(sum.min), "ms", atLeast(0))
 	b.report.value("lateness-max", roundMillis(sum.max), "ms", nil)
+	b.reportRedisCPU(phaseLateness, cpu, total)
 	return b.redis.flushDB()
 }
 
@@ -112,6 +114,7 @@ func (b *bench) runBurst(ctx context.Context, batch bool) error {
 	burstSecond := time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
 
 	var early atomic.Int64
+	cpu := b.markRedisCPU()
 	drained := make(chan drainResult, 1)
 	go func() {
 		times, err := b.drain(ctx, topic, total, b.s.clients, count, func(_ delivery, at time.Time) {
@@ -149,6 +152,7 @@ func (b *bench) runBurst(ctx context.Context, batch bool) error {
 		b.logger.Warn("burst: jobs popped before their due second", "phase", name, "count", n)
 	}
 	b.report.value(name, math.Round(millis(result.times.lastPop.Sub(burstSecond))), "ms", goal)
+	b.reportRedisCPU(name, cpu, total)
 	return b.redis.flushDB()
 }
 
