@@ -261,7 +261,7 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script
 	return state, time.UnixMilli(at), nil
 }
 
-// heldRefusal is the error of a refusal by held_delivery (lib/held.lua):
+// heldRefusal is the error of a refusal by held_delivery (lib.lua, section held):
 // status 0 unknown id, -1 not reserved (state says what it is), -2 stale
 // delivery.
 func heldRefusal(op, id string, status int, state string) error {

@@ -151,7 +151,7 @@ func (k keySchema) controlPrefix(tag string) string { return tag + k.prefix + "c
 func (k keySchema) layout() string { return k.prefix + "layout" }
 
 // topicRange is the ZRANGEBYLEX bounds of a topic's members in an index
-// (scripts/lib/record.lua topic_range): "topic," starts them, and "-"
+// (scripts/lib.lua topic_range): "topic," starts them, and "-"
 // follows ",".
 func topicRange(topic string) (lo, hi string) { return "[" + topic + ",", "(" + topic + "-" }
 

@@ -135,7 +135,7 @@ type JobInfo struct {
 }
 
 // AttemptsLimit is the number of deliveries after which the job goes to the
-// dead letters, the rule attempts_limit in scripts/lib/retry.lua enforces:
+// dead letters, the rule attempts_limit in scripts/lib.lua (section retry) enforces:
 // MaxAttempts when set, else len(Retry)+1 with a schedule, else 0
 // (unlimited). A callback job pushed without either was stored with
 // DefaultCallbackRetry, so its limit is len(DefaultCallbackRetry)+1.

@@ -3,18 +3,19 @@ package delayqueue
 import (
 	"embed"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
 )
 
-//go:embed scripts/*.lua scripts/lib/*.lua
+//go:embed scripts/*.lua
 var scriptFiles embed.FS
 
 // scripts holds every state change of the engine, one Lua script each,
 // each touching the keys of one partition only. A script is its file after
 // the lib sections it names on its first line ("-- lib: ready dead"); the
-// sections record and state come first in every one (scripts/lib/). They
+// sections record and state come first in every one (scripts/lib.lua). They
 // are sent with EVALSHA, falling back to EVAL when Redis lost its script
 // cache (a restart, SCRIPT FLUSH).
 type scripts struct {
@@ -28,25 +29,44 @@ type scripts struct {
 	migrateV1, importV0 *redis.Script
 }
 
-// libSections are the lib sections in the order a script gets them, each
-// with the sections it needs.
-var libSections = []struct {
+// libSection is a section of scripts/lib.lua: from its line "-- section
+// <name>[, needs <names>]" to the next such line.
+type libSection struct {
 	name  string
 	needs []string
-}{
-	{"record", nil},
-	{"state", []string{"record"}},
-	{"ready", []string{"state"}},
-	{"dead", []string{"state"}},
-	{"retry", []string{"ready", "dead"}},
-	{"held", []string{"state"}},
-	{"remove", []string{"state"}},
-	{"view", []string{"state"}},
+	text  string
+}
+
+// parseLib splits lib.lua into its sections, in order. A section needs
+// only sections before it.
+func parseLib(lib string) ([]libSection, error) {
+	var sections []libSection
+	for _, line := range strings.SplitAfter(lib, "\n") {
+		head, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "-- section ")
+		if !ok {
+			if len(sections) > 0 {
+				sections[len(sections)-1].text += line
+			}
+			continue
+		}
+		name, needs, _ := strings.Cut(head, ", needs ")
+		s := libSection{name: strings.TrimSpace(name), needs: strings.Fields(needs), text: line}
+		for _, need := range s.needs {
+			if !slices.ContainsFunc(sections, func(o libSection) bool { return o.name == need }) {
+				return nil, fmt.Errorf("scripts/lib.lua: section %s needs %s, which does not come before it", s.name, need)
+			}
+		}
+		sections = append(sections, s)
+	}
+	if len(sections) < 2 || sections[0].name != "record" || sections[1].name != "state" {
+		return nil, fmt.Errorf("scripts/lib.lua: the first sections must be record and state")
+	}
+	return sections, nil
 }
 
 // assemble returns a script's source: the lib sections its first line
-// names, with those they need, in libSections' order, then the script.
-func assemble(name, src string, read func(string) (string, error)) (string, error) {
+// names, with those they need, in lib.lua's order, then the script.
+func assemble(name, src string, lib []libSection) (string, error) {
 	first, _, _ := strings.Cut(src, "\n")
 	list, ok := strings.CutPrefix(first, "-- lib:")
 	if !ok {
@@ -56,26 +76,21 @@ func assemble(name, src string, read func(string) (string, error)) (string, erro
 	for _, section := range strings.Fields(list) {
 		wanted[section] = true
 	}
-	// Dependencies point earlier in libSections: one pass from the end
-	// closes them.
-	for i := len(libSections) - 1; i >= 0; i-- {
-		if wanted[libSections[i].name] {
-			for _, need := range libSections[i].needs {
+	// Needs point earlier in lib: one pass from the end closes them.
+	for i := len(lib) - 1; i >= 0; i-- {
+		if wanted[lib[i].name] {
+			for _, need := range lib[i].needs {
 				wanted[need] = true
 			}
 		}
 	}
 	var b strings.Builder
-	for _, section := range libSections {
+	for _, section := range lib {
 		if !wanted[section.name] {
 			continue
 		}
 		delete(wanted, section.name)
-		text, err := read("lib/" + section.name + ".lua")
-		if err != nil {
-			return "", err
-		}
-		b.WriteString(text)
+		b.WriteString(section.text)
 		b.WriteString("\n")
 	}
 	for unknown := range wanted {
@@ -102,6 +117,14 @@ func loadScripts(checkKeys bool) (scripts, error) {
 		if prelude, err = read("check.lua"); err != nil {
 			return scripts{}, err
 		}
+	}
+	libText, err := read("lib.lua")
+	if err != nil {
+		return scripts{}, err
+	}
+	lib, err := parseLib(libText)
+	if err != nil {
+		return scripts{}, err
 	}
 	var s scripts
 	for _, e := range []struct {
@@ -132,7 +155,7 @@ func loadScripts(checkKeys bool) (scripts, error) {
 		if err != nil {
 			return scripts{}, err
 		}
-		if src, err = assemble(e.name, src, read); err != nil {
+		if src, err = assemble(e.name, src, lib); err != nil {
 			return scripts{}, err
 		}
 		if !e.exempt {

@@ -21,7 +21,7 @@ import (
 // compared with the truth while scanners keep changing states. It also
 // lists the jobs missing from the index of their state, and the index
 // entries no job explains. (It reads the record's head, described in
-// delayqueue/scripts/lib/record.lua: state,attempts,due,pos,flags,#topic,
+// delayqueue/scripts/lib.lua: state,attempts,due,pos,flags,#topic,
 // #extra: then the topic; flags is odd when the job has a callback.)
 const procTruthScript = `
 local truth, counters, problems = {}, {}, {}

@@ -3,7 +3,7 @@
 -- one, in the state they had, unless this partition has them already (a
 -- move interrupted half-way and run again). The caller then deletes them
 -- from the partition they came from.
--- KEYS: the partition's (see lib/record.lua).
+-- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG..] per job: id, record, body.
 -- Reply: the jobs stored.
 local stored = 0

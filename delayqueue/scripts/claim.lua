@@ -4,7 +4,7 @@
 -- atomically: taking a job and recording its lease are one step, so no
 -- crash or lost reply between them can lose the job. Requests are served in
 -- order, as if each ran alone.
--- KEYS: the partition's (see lib/record.lua), then the wake-up lists of
+-- KEYS: the partition's (see lib.lua, section record), then the wake-up lists of
 -- every topic the requests name.
 -- ARGV[ARG] number of requests, then per request: count, number of topics
 -- n, n topics.

@@ -2,7 +2,7 @@
 -- claimhook.lua: take up to count ready jobs that have a callback and lease
 -- each for its ttr (the call's timeout plus a margin), atomically, for a
 -- webhook dispatcher. Two dispatchers never hold one job at once.
--- KEYS: the partition's (see lib/record.lua).
+-- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG] count.
 -- Reply: {now ms, then 5 values per job: id, topic, attempts, body,
 -- callback JSON}.

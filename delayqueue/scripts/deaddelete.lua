@@ -2,7 +2,7 @@
 -- deaddelete.lua: delete dead letters of a topic: the ids given, or (none
 -- given) a batch of the oldest; the server calls it again until none are
 -- left.
--- KEYS: the partition's (see lib/record.lua).
+-- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG] topic, ARGV[ARG+1] batch size, ARGV[ARG+2..] ids.
 -- Reply: the number deleted.
 local topic = ARGV[ARG]

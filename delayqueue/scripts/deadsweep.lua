@@ -1,7 +1,7 @@
 -- lib: dead
 -- deadsweep.lua: enforce the dead letters' cap and time to live for topics
 -- of the partition.
--- KEYS: the partition's (see lib/record.lua).
+-- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG..] topics.
 -- Reply: the dead letters dropped.
 local now = clock()

@@ -1,7 +1,7 @@
 -- lib:
 -- export.lua: read jobs whole, to move them to another partition (a change
 -- of the partition count, see adopt.lua).
--- KEYS: the partition's (see lib/record.lua).
+-- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG..] ids.
 -- Reply: per id, {record, body}, or an empty list when there is no such
 -- job.

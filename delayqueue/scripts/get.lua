@@ -1,8 +1,8 @@
 -- lib: view
 -- get.lua: read jobs, for /get and the dead-letter pages.
--- KEYS: the partition's (see lib/record.lua).
+-- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG..] ids.
--- Reply: per id, its view (see lib/view.lua), or an empty list when there
+-- Reply: per id, its view (see lib.lua, section view), or an empty list when there
 -- is no such job.
 local reply = {}
 for i = ARG, #ARGV do

@@ -3,7 +3,7 @@
 -- in Redis (a raw-id key holding msgpack, decoded by the server) into the
 -- current layout, atomically. It touches the original's keys as well as a
 -- partition's: it runs on one Redis only, before the engine starts.
--- KEYS: the partition's (see lib/record.lua), then KEYS[11] the original's raw job
+-- KEYS: the partition's (see lib.lua, section record), then KEYS[11] the original's raw job
 -- key, KEYS[12] the original bucket holding it (mode "bucket"), KEYS[13]
 -- the original ready list holding it (mode "ready").
 -- ARGV[ARG] id, ARGV[ARG+1] the raw value the server decoded, ARGV[ARG+2]

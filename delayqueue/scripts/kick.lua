@@ -1,6 +1,6 @@
 -- lib: ready
 -- kick.lua: send dead letters of a topic back to ready, attempts reset.
--- KEYS: the partition's (see lib/record.lua), then the topic's wake-up list.
+-- KEYS: the partition's (see lib.lua, section record), then the topic's wake-up list.
 -- ARGV[ARG] topic, ARGV[ARG+1..] ids (the server picks the oldest of every
 -- partition's).
 -- Reply: the ids kicked.

@@ -4,7 +4,7 @@
 -- partition, atomically. It touches the old layout's keys as well as a
 -- partition's: it runs on one Redis only, before the engine starts, while
 -- no server of the old version runs.
--- KEYS: the partition's (see lib/record.lua), then KEYS[11] the job's old hash,
+-- KEYS: the partition's (see lib.lua, section record), then KEYS[11] the job's old hash,
 -- KEYS[12] its old bucket, KEYS[13] its topic's old ready list, KEYS[14]
 -- its topic's old dead letters, KEYS[15] the old webhook list.
 -- ARGV[ARG] id.

@@ -6,7 +6,7 @@
 -- The topics come from timers; the caller passes the wake-up lists of the
 -- topics it expects (those it saw made ready lately), and the reply names
 -- the other topics made ready, for the caller to signal (signal.lua).
--- KEYS: the partition's (see lib/record.lua), then those wake-up lists.
+-- KEYS: the partition's (see lib.lua, section record), then those wake-up lists.
 -- ARGV[ARG] batch size.
 -- Reply: {jobs handled, next due ms or -1, now ms, oldest due ms handled
 -- or -1, expired leases e, then per expired lease its topic and the job's

@@ -1,7 +1,7 @@
 -- lib: ready
 -- push.lua: create jobs, or replace the job with the same id in whatever
 -- state it is (delay, ready, reserved or dead), atomically for the batch.
--- KEYS: the partition's (see lib/record.lua), then the wake-up lists of the
+-- KEYS: the partition's (see lib.lua, section record), then the wake-up lists of the
 -- batch's topics.
 -- ARGV[ARG] job count n, then 9 values per job: id, topic, delay ms, ttr s,
 -- body, retry schedule (comma-separated seconds or ''), max attempts,

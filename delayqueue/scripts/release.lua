@@ -2,7 +2,7 @@
 -- release.lua: a consumer gives a reserved job back; that delivery ends as
 -- failed now. The job is scheduled by its retry schedule (or the given
 -- delay), or dead-lettered when its attempts are used up.
--- KEYS: the partition's (see lib/record.lua); the caller does not know the
+-- KEYS: the partition's (see lib.lua, section record); the caller does not know the
 -- job's topic, so the reply names it to signal when the job became ready.
 -- ARGV[ARG] id, ARGV[ARG+1] delay ms overriding the schedule (-1: none),
 -- ARGV[ARG+2] the delivery's attempt number (0: not checked), ARGV[ARG+3]

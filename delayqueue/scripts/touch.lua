@@ -1,6 +1,6 @@
 -- lib: held
 -- touch.lua: extend a reserved job's lease to now + ttr, for long work.
--- KEYS: the partition's (see lib/record.lua).
+-- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG] id, ARGV[ARG+1] the delivery's attempt number (0: not checked).
 -- Reply: {status, state or '', lease end ms}: status 1 touched, 0 unknown
 -- id, -1 not reserved (state given), -2 stale delivery.

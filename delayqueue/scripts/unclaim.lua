@@ -2,7 +2,7 @@
 -- unclaim.lua: give back a delivery that could not be handed to a live
 -- consumer (it left while the job was claimed for it): the job is ready
 -- again at once, in the place it had, and the delivery is not counted.
--- KEYS: the partition's (see lib/record.lua), then the wake-up list of the
+-- KEYS: the partition's (see lib.lua, section record), then the wake-up list of the
 -- job's topic (none for a webhook job: its dispatchers are woken through
 -- hookwake).
 -- ARGV[ARG] id, ARGV[ARG+1] the attempts value of that delivery.
