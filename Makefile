@@ -37,7 +37,7 @@ lint: ## check formatting (gofmt) and run go vet
 
 # Starts a throwaway redis-server (CLUSTER=N: a cluster of N primaries) and
 # the server on free loopback ports, runs redis-benchmark on that Redis for
-# the reference rate, then cmd/dq-bench. scripts/bench.sh lists the other
+# the reference rate, then tools/dq-bench. scripts/bench.sh lists the other
 # settings (WRK=1, SERVER_BIN...), passed through the environment.
 bench: ## load benchmark: figures, ratios to redis-benchmark and Redis CPU per job (ARGS=-quick: short run; CLUSTER=3: on a 3-primary cluster)
 	GO=$(GO) CLUSTER=$(CLUSTER) scripts/bench.sh $(ARGS)

@@ -2,7 +2,7 @@
 # bench.sh runs the performance benchmark (make bench): it builds the server
 # and the load tool, starts a throwaway redis-server and the server on free
 # loopback ports, measures redis-benchmark's SET and LPOP rates on that same
-# Redis, then runs cmd/dq-bench, which prints every figure as
+# Redis, then runs tools/dq-bench, which prints every figure as
 # "name value unit", throughputs also as a ratio to SET req/s, and each
 # phase's Redis CPU per job. Everything it started is stopped on exit, by
 # PID.
@@ -63,7 +63,7 @@ fi
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
 	echo "bench: building $bin_dir/delay-queue and $bin_dir/dq-bench" >&2
 	"$go_cmd" build -o "$bin_dir/delay-queue" ./cmd/delay-queue
-	"$go_cmd" build -o "$bin_dir/dq-bench" ./cmd/dq-bench
+	"$go_cmd" build -o "$bin_dir/dq-bench" ./tools/dq-bench
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dq-bench.XXXXXX")

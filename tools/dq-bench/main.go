@@ -1,10 +1,10 @@
 // Command dq-bench is the delay-queue load tool. It speaks HTTP to a running
 // server as real clients do (keep-alive connections, N concurrent clients),
 // reads the server's Redis directly (INFO, CLIENT LIST, FLUSHDB between
-// phases; on a cluster, every primary), and prints each figure of the
-// performance issues on stdout as "name value unit", throughputs also as a
-// ratio to redis-benchmark's SET requests/s measured against the same Redis
-// in the same run, and for every phase the Redis CPU per job it handled
+// phases; on a cluster, every primary), and prints the project's
+// performance figures (docs/performance.md) on stdout as "name value unit",
+// throughputs also as a ratio to redis-benchmark's SET requests/s measured
+// against the same Redis in the same run, and for every phase the Redis CPU per job it handled
 // (with each primary's share on a cluster). It drives any server by URL,
 // older builds included; figures a server cannot give are printed n/a.
 //

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// maxPrimaryShare is the balance goal: on a cluster, no primary
+// maxPrimaryShare is the balance goal: on a cluster, no primary
 // takes more than this share of a phase's Redis CPU.
 const maxPrimaryShare = 0.40
 

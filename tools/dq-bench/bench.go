@@ -15,7 +15,7 @@ import (
 )
 
 // Job shapes of every phase: 14-byte ids, 8-byte topics and 100-byte
-// bodies, as the memory figure asks.
+// bodies, the shape the documented memory figure is measured with.
 const (
 	jobBodyBytes = 100
 	jobTTR       = 60 // seconds: longer than any phase, so nothing is redelivered mid-phase
@@ -49,8 +49,8 @@ type bench struct {
 	batchProbe *batchSupport
 }
 
-// batchSupport is what the server answered to the lifecycle issue's batch
-// forms; a nil error means supported.
+// batchSupport is what the server answered to the batch forms (jobs on
+// /push, count on /pop, ids on /finish); a nil error means supported.
 type batchSupport struct {
 	push error // {"jobs":[...]} on /push
 	pop  error // "count" on /pop, then {"ids":[...]} on /finish
@@ -217,8 +217,8 @@ func pushWith(ctx context.Context, client *apiClient, workers, total int, makeJo
 	return ok, time.Since(start), err
 }
 
-// probeBatches finds out, once, whether the server has the lifecycle
-// issue's batch forms. The probe jobs live in their own topic and are
+// probeBatches finds out, once, whether the server has the batch forms
+// (older builds have not). The probe jobs live in their own topic and are
 // deleted by the next FLUSHDB.
 func (b *bench) probeBatches(ctx context.Context) (*batchSupport, error) {
 	if b.batchProbe != nil {

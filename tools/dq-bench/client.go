@@ -156,7 +156,7 @@ func (c *apiClient) push(ctx context.Context, job pushJob) error {
 	return err
 }
 
-// pushBatch sends {"jobs":[...]} (the lifecycle issue's batch push).
+// pushBatch sends {"jobs":[...]} (a batch push).
 func (c *apiClient) pushBatch(ctx context.Context, jobs []pushJob) (reply, error) {
 	return c.call(ctx, "/push", struct {
 		Jobs []pushJob `json:"jobs"`
@@ -187,7 +187,7 @@ func (c *apiClient) pop(ctx context.Context, topics string, timeoutSeconds int) 
 // not in the batch shape: it ignored the batch field.
 var errBatchShape = errors.New("answer is not in the batch shape")
 
-// popBatch asks for up to count jobs (the lifecycle issue's "count"); the
+// popBatch asks for up to count jobs ("count"); the
 // answer must be an array.
 func (c *apiClient) popBatch(ctx context.Context, topics string, timeoutSeconds, count int) ([]delivery, error) {
 	r, err := c.call(ctx, "/pop", struct {
@@ -215,7 +215,7 @@ func (c *apiClient) finish(ctx context.Context, id string) error {
 	return err
 }
 
-// finishBatch sends {"ids":[...]} (the lifecycle issue's batch finish).
+// finishBatch sends {"ids":[...]} (a batch finish).
 func (c *apiClient) finishBatch(ctx context.Context, ids []string) error {
 	_, err := c.call(ctx, "/finish", struct {
 		IDs []string `json:"ids"`

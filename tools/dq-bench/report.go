@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// target is the goal for a figure: at most or at least limit.
+// target is the project's goal for a figure: at most or at least limit.
 type target struct {
 	atMost bool
 	limit  float64

@@ -86,7 +86,7 @@ func drainDeadline(total int) time.Duration {
 }
 
 // runPushDelayed is push with a one-hour delay: the jobs go to a bucket
-// instead of a ready list. Not one of the figures; it shows
+// instead of a ready list. Not one of the documented figures; it shows
 // whether delayed pushes cost more.
 func (b *bench) runPushDelayed(ctx context.Context) error {
 	if err := b.redis.flushDB(); err != nil {

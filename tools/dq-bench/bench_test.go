@@ -172,7 +172,7 @@ func fakeServer(t *testing.T, answer func(path string, request []byte) string) *
 	return client
 }
 
-// The tool must tell a server without the lifecycle issue's batch forms
+// The tool must tell a server without the batch forms
 // (which ignores "count" and rejects {"jobs":[...]}) from one that has them.
 func TestBatchShapes(t *testing.T) {
 	tests := []struct {
@@ -304,7 +304,7 @@ func TestParseCommandStats(t *testing.T) {
 	}
 }
 
-// fakeQueue is an in-memory server with or without the lifecycle issue's
+// fakeQueue is an in-memory server with or without the
 // batch forms, enough for probeBatches.
 type fakeQueue struct {
 	batches bool
