@@ -68,10 +68,12 @@ type Server struct {
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 	// ReadBodyTimeout bounds reading the body of a request taken here,
-	// from the end of its head; a slower one closes the connection
-	// unanswered. Zero means no limit. (net/http has no such bound short
-	// of ReadTimeout, which would also cut held requests: a Fallback
-	// handler that reads bodies sets its own, through
+	// from the end of its head. The handler of a slower one reads the
+	// bytes that came, then an error matching os.ErrDeadlineExceeded, as
+	// it would under a read deadline in net/http; its answer is sent and
+	// the connection closed. Zero means no limit. (net/http has no such
+	// bound short of ReadTimeout, which would also cut held requests: a
+	// Fallback handler that reads bodies sets its own, through
 	// http.ResponseController.)
 	ReadBodyTimeout time.Duration
 	Logger          *slog.Logger

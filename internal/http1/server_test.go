@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -356,6 +357,36 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 	}
 }
 
+// A body whose client stops sending before its end reaches the handler as
+// in net/http: the bytes that came, then io.ErrUnexpectedEOF. Its answer is
+// still sent, to a client that only closed its side, and the connection
+// then closed.
+func TestBodyCutShortReachesTheHandler(t *testing.T) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "read %q, then %v", body, err)
+	})
+	ts := startServer(t, handler, echo("net/http"), map[string]bool{"/push": false})
+	c, br := dial(t, ts.addr)
+	if _, err := io.WriteString(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: 100\r\n\r\n{\"id\""); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a body cut short: %v", err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if want := `read "{\"id\"", then unexpected EOF`; string(raw) != want || !resp.Close {
+		t.Fatalf("answer %q (close %v), want %q, Connection: close", raw, resp.Close, want)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after a body cut short the connection should close, read gave %v", err)
+	}
+}
+
 // A body that arrives in pieces, beyond the read buffer, is read whole,
 // and the connection's buffer serves the next one.
 func TestBodyArrivingInPieces(t *testing.T) {
@@ -376,13 +407,20 @@ func TestBodyArrivingInPieces(t *testing.T) {
 	}
 }
 
-// ReadBodyTimeout bounds a body from the end of its head: a slower one
-// closes the connection. Once the body is in, a held request outlives it.
+// ReadBodyTimeout bounds a body from the end of its head: the handler of a
+// slower one reads the bytes that came, then a deadline error, as in
+// net/http; its answer is sent and the connection closed. Once the body is
+// in, a held request outlives it.
 func TestBodyReadTimeout(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	release := make(chan struct{})
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusRequestTimeout)
+			fmt.Fprintf(w, "read %q, then: deadline %v", body, errors.Is(err, os.ErrDeadlineExceeded))
+			return
+		}
 		if r.URL.Path == "/pop" {
 			select {
 			case <-release:
@@ -400,8 +438,16 @@ func TestBodyReadTimeout(t *testing.T) {
 		if _, err := io.WriteString(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 			t.Fatal(err)
 		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer to a body slower than ReadBodyTimeout: %v", err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		if want := `read "{", then: deadline true`; resp.StatusCode != http.StatusRequestTimeout || string(raw) != want || !resp.Close {
+			t.Fatalf("answer %d %q (close %v), want 408 %q, Connection: close", resp.StatusCode, raw, resp.Close, want)
+		}
 		if _, err := br.ReadByte(); err != io.EOF {
-			t.Fatalf("a body slower than ReadBodyTimeout should close the connection, read gave %v", err)
+			t.Fatalf("after a body slower than ReadBodyTimeout the connection should close, read gave %v", err)
 		}
 	})
 	t.Run("held request outlives it", func(t *testing.T) {
