@@ -324,6 +324,7 @@ func (c *conn) handle(req request) bool {
 		Header:        req.header,
 		Body:          body,
 		ContentLength: req.length,
+		Close:         req.close,
 		Host:          req.host,
 		RemoteAddr:    c.remote,
 		RequestURI:    req.path,
@@ -511,7 +512,9 @@ func (c *conn) writeResponse(w *responseWriter, closing bool) error {
 	if !bodyAllowed {
 		w.body = w.body[:0]
 	}
-	if _, ok := h["Content-Type"]; !ok && len(w.body) > 0 {
+	// Sniffed as net/http does: not under a Content-Encoding, whose bytes
+	// say nothing of the type.
+	if _, ok := h["Content-Type"]; !ok && len(w.body) > 0 && h.Get("Content-Encoding") == "" {
 		h.Set("Content-Type", http.DetectContentType(w.body))
 	}
 	b := c.bw
