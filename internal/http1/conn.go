@@ -587,9 +587,10 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 }
 
 // bodyReader is a request body read before the handler runs: its bytes,
-// then the error that cut it short, if any. Like net/http's, it offers
-// Read and Close, and Len, the bytes left, by which a handler can tell
-// that the body is in memory already.
+// then the error that cut it short, if any. It offers Read and Close, as
+// net/http's body does, and Len, the bytes left, by which a handler can
+// tell that the body is in memory already (routers reads it in one
+// allocation then).
 type bodyReader struct {
 	bytes bytes.Reader
 	err   error
