@@ -179,7 +179,6 @@ func TestEndToEnd(t *testing.T) {
 	for _, backend := range e2eBackends() {
 		t.Run(backend.name, func(t *testing.T) {
 			forEachFront(t, func(t *testing.T, f front) {
-				t.Parallel() // each front has an engine and a Redis (or a namespace) of its own
 				q, stopRedis := backend.start(t)
 				url := e2eServer(t, f, q)
 
@@ -426,7 +425,6 @@ func TestEndToEndLifecycle(t *testing.T) {
 	for _, backend := range e2eBackends() {
 		t.Run(backend.name, func(t *testing.T) {
 			forEachFront(t, func(t *testing.T, f front) {
-				t.Parallel() // each front has an engine and a Redis (or a namespace) of its own
 				q, _ := backend.start(t)
 				url := e2eServer(t, f, q)
 				f.checkVia(t, mustSucceed(t, url, "/get", `{"id":"none"}`), "/get", len(`{"id":"none"}`), e2eOptions())

@@ -87,6 +87,11 @@ func (f front) serveHandler(t testing.TB, h http.Handler, opts Options) string {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	t.Cleanup(func() {
+		// The clients' idle connections go first: net/http's Shutdown
+		// would wait for one that never carried a request.
+		for _, c := range []*http.Client{http.DefaultClient, fastClient, otherClient} {
+			c.CloseIdleConnections()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
@@ -94,10 +99,6 @@ func (f front) serveHandler(t testing.TB, h http.Handler, opts Options) string {
 			_ = srv.Close()
 		}
 		<-served
-		// Connections kept by the clients tests use are of no more use.
-		for _, c := range []*http.Client{http.DefaultClient, fastClient, otherClient} {
-			c.CloseIdleConnections()
-		}
 	})
 	return "http://" + l.Addr().String()
 }
