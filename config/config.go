@@ -57,6 +57,10 @@ type Config struct {
 	// IdleTimeout closes keep-alive connections left idle this long
 	// (idle_timeout, seconds).
 	IdleTimeout time.Duration
+	// HTTPFastPath serves the job endpoints' plain requests with the
+	// server's own HTTP/1.1 code (internal/http1) instead of net/http
+	// (http_fast_path; true by default). Answers are the same either way.
+	HTTPFastPath bool
 	// ShutdownTimeout bounds a graceful shutdown (shutdown_timeout, seconds).
 	ShutdownTimeout time.Duration
 	// DeadMaxPerTopic caps each topic's dead letters; the oldest are dropped
@@ -181,6 +185,7 @@ func Default() Config {
 		ReadHeaderTimeout:     10 * time.Second,
 		ReadBodyTimeout:       120 * time.Second,
 		IdleTimeout:           240 * time.Second,
+		HTTPFastPath:          true,
 		ShutdownTimeout:       30 * time.Second,
 		DeadMaxPerTopic:       defaults.DeadMaxPerTopic,
 		DeadTTL:               defaults.DeadTTL,

@@ -24,6 +24,7 @@ func TestDefaultMatchesTheOriginal(t *testing.T) {
 		ReadHeaderTimeout:     10 * time.Second,
 		ReadBodyTimeout:       120 * time.Second,
 		IdleTimeout:           240 * time.Second,
+		HTTPFastPath:          true,
 		ShutdownTimeout:       30 * time.Second,
 		DeadMaxPerTopic:       10000,
 		DeadTTL:               7 * 24 * time.Hour,
@@ -224,6 +225,27 @@ debug_addr = 127.0.0.1:6060
 			wantWarnings: []string{"metrics_auth: empty value, using the default false"},
 		},
 		{
+			name:   "fast path off",
+			ini:    "http_fast_path = false",
+			change: func(c *Config) { c.HTTPFastPath = false },
+		},
+		{
+			name:   "fast path off, spelled off",
+			ini:    "http_fast_path = Off",
+			change: func(c *Config) { c.HTTPFastPath = false },
+		},
+		{
+			name:   "fast path on, as by default",
+			ini:    "http_fast_path = true",
+			change: func(*Config) {},
+		},
+		{
+			name:         "empty fast path keeps it on with a warning",
+			ini:          "http_fast_path =",
+			change:       func(*Config) {},
+			wantWarnings: []string{"http_fast_path: empty value, using the default true"},
+		},
+		{
 			name: "quotes and comments",
 			ini: `bind_address = "127.0.0.1:9000" ; quoted
 redis.password = "a;b#c"
@@ -380,6 +402,7 @@ func TestParseErrors(t *testing.T) {
 		{"auth token with non-ASCII", "auth_token = abcdefghijklmnopé", []string{"auth_token", "printable ASCII"}},
 		{"metrics auth without a token", "metrics_auth = true", []string{"metrics_auth = true needs auth_token"}},
 		{"metrics auth not a boolean", "metrics_auth = maybe", []string{"metrics_auth", `"maybe" is not true or false`}},
+		{"fast path not a boolean", "http_fast_path = fast", []string{"http_fast_path", `"fast" is not true or false`}},
 		{"zero topic labels", "metrics_topic_labels = 0", []string{"metrics_topic_labels = 0", "at least 1"}},
 		{"zero held pops", "max_held_pops = 0", []string{"max_held_pops = 0", "at least 1"}},
 		{"negative held pops", "max_held_pops = -5", []string{"max_held_pops = -5"}},

@@ -116,6 +116,7 @@ func settingSetters() map[string]setter {
 		"read_header_timeout":     durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }),
 		"read_body_timeout":       durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadBodyTimeout }),
 		"idle_timeout":            durationSetting(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout }),
+		"http_fast_path":          boolSetting(func(c *Config) *bool { return &c.HTTPFastPath }),
 		"shutdown_timeout":        durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 		"dead_max_per_topic":      intSetting(func(c *Config) *int { return &c.DeadMaxPerTopic }),
 		"dead_ttl":                durationSetting(time.Second, func(c *Config) *time.Duration { return &c.DeadTTL }),

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -94,11 +93,11 @@ func TestStringValueMatchesTheDecoder(t *testing.T) {
 	}
 }
 
-// dialServer opens a connection to srv for hand-written requests, with a
-// deadline that bounds the test.
-func dialServer(t *testing.T, srv *httptest.Server) (net.Conn, *bufio.Reader) {
+// dialServer opens a connection to the server at url for hand-written
+// requests, with a deadline that bounds the test.
+func dialServer(t *testing.T, url string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,30 +107,31 @@ func dialServer(t *testing.T, srv *httptest.Server) (net.Conn, *bufio.Reader) {
 }
 
 // A head that claims a body of max_body_bytes costs the server the bytes
-// that arrive, not the claim. (This is net/http's side; internal/http1
-// tests the fast path's.)
+// that arrive, not the claim. (Such a claim is net/http's on both fronts;
+// internal/http1 tests the fast path's, up to its own limit.)
 func TestClaimedBodyCostsWhatArrives(t *testing.T) {
-	answered := make(chan struct{}, 1)
-	opts := Options{ObserveRequest: func(string, int, time.Duration) { answered <- struct{}{} }}
-	srv := httptest.NewServer(New(&fakeQueue{}, opts, testLogger(t)))
-	defer srv.Close()
-	const claimed = defaults.MaxBodyBytes
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	c, _ := dialServer(t, srv)
-	if _, err := fmt.Fprintf(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n{", claimed); err != nil {
-		t.Fatal(err)
-	}
-	c.Close() // the body ends early: the request is answered, and done
-	select {
-	case <-answered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request was not answered after its client left")
-	}
-	runtime.ReadMemStats(&after)
-	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > uint64(claimed/16) {
-		t.Fatalf("serving a claim of %d bytes with 1 sent allocated %d bytes", claimed, allocated)
-	}
+	forEachFront(t, func(t *testing.T, f front) {
+		answered := make(chan struct{}, 1)
+		opts := Options{ObserveRequest: func(string, int, time.Duration) { answered <- struct{}{} }}
+		url := f.serve(t, &fakeQueue{}, opts, testLogger(t))
+		const claimed = defaults.MaxBodyBytes
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		c, _ := dialServer(t, url)
+		if _, err := fmt.Fprintf(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n{", claimed); err != nil {
+			t.Fatal(err)
+		}
+		c.Close() // the body ends early: the request is answered, and done
+		select {
+		case <-answered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request was not answered after its client left")
+		}
+		runtime.ReadMemStats(&after)
+		if allocated := after.TotalAlloc - before.TotalAlloc; allocated > uint64(claimed/16) {
+			t.Fatalf("serving a claim of %d bytes with 1 sent allocated %d bytes", claimed, allocated)
+		}
+	})
 }
 
 // A body that grows in pieces, or is already in memory, is read whole, and
@@ -173,73 +173,76 @@ func (r *eofWithLastBytes) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// read_body_timeout bounds a body from when the handler reads it: a slower
-// one gets 408 and its connection is closed. Once the body is in, the
-// deadline is lifted, so that a held pop outlives it (net/http watches a
-// held request's connection by reading it, under that deadline).
+// read_body_timeout bounds a body from when the handler reads it (on the
+// fast path, from the end of its head): a slower one gets 408 and its
+// connection is closed. Once the body is in, the deadline is lifted, so
+// that a held pop outlives it (net/http watches a held request's
+// connection by reading it, under that deadline).
 func TestBodyReadTimeout(t *testing.T) {
-	q := &fakeQueue{popStarted: make(chan context.Context, 1)}
-	opts := testOptions()
-	opts.ReadBodyTimeout = 200 * time.Millisecond
-	srv := httptest.NewServer(New(q, opts, testLogger(t)))
-	defer srv.Close()
+	forEachFront(t, func(t *testing.T, f front) {
+		q := &fakeQueue{popStarted: make(chan context.Context, 1)}
+		opts := testOptions()
+		opts.ReadBodyTimeout = 200 * time.Millisecond
+		url := f.serve(t, q, opts, testLogger(t))
 
-	t.Run("slow body", func(t *testing.T) {
-		c, br := dialServer(t, srv)
-		if _, err := io.WriteString(c, "POST /get HTTP/1.1\r\nHost: q.example\r\nContent-Length: 100\r\n\r\n{"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("no answer to a body slower than read_body_timeout: %v", err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
-		want := "request body did not arrive within read_body_timeout (0.2 seconds)"
-		if problem != "" || got.status != http.StatusRequestTimeout || got.code != 1 || got.msg != want {
-			t.Fatalf("answer %d %s %s, want 408, code 1, %q", resp.StatusCode, raw, problem, want)
-		}
-		if _, err := br.ReadByte(); err != io.EOF {
-			t.Fatalf("after the 408 the connection should close, read gave %v", err)
-		}
-	})
-	t.Run("body in pieces within the timeout", func(t *testing.T) {
-		c, br := dialServer(t, srv)
-		body := `{"id":"pieces"}`
-		if _, err := fmt.Fprintf(c, "POST /get HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:5]); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond) // a quarter of the timeout
-		if _, err := io.WriteString(c, body[5:]); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d, want 200", resp.StatusCode)
-		}
-	})
-	t.Run("held pop outlives it", func(t *testing.T) {
-		c, _ := dialServer(t, srv)
-		body := `{"topic":"t","timeout":10}`
-		if _, err := fmt.Fprintf(c, "POST /pop HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
-			t.Fatal(err)
-		}
-		ctx := <-q.popStarted
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the held pop was cancelled (%v) with its client still there", ctx.Err())
-		case <-time.After(3 * opts.ReadBodyTimeout):
-		}
-		c.Close()
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the held pop was not cancelled after its client left")
-		}
+		t.Run("slow body", func(t *testing.T) {
+			c, br := dialServer(t, url)
+			if _, err := io.WriteString(c, "POST /get HTTP/1.1\r\nHost: q.example\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer to a body slower than read_body_timeout: %v", err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
+			want := "request body did not arrive within read_body_timeout (0.2 seconds)"
+			if problem != "" || got.status != http.StatusRequestTimeout || got.code != 1 || got.msg != want || !resp.Close {
+				t.Fatalf("answer %d %v %s %s, want 408, code 1, %q, Connection: close", resp.StatusCode, resp.Header, raw, problem, want)
+			}
+			f.checkVia(t, got, "/get", 100, opts)
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("after the 408 the connection should close, read gave %v", err)
+			}
+		})
+		t.Run("body in pieces within the timeout", func(t *testing.T) {
+			c, br := dialServer(t, url)
+			body := `{"id":"pieces"}`
+			if _, err := fmt.Fprintf(c, "POST /get HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:5]); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond) // a quarter of the timeout
+			if _, err := io.WriteString(c, body[5:]); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d, want 200", resp.StatusCode)
+			}
+		})
+		t.Run("held pop outlives it", func(t *testing.T) {
+			c, _ := dialServer(t, url)
+			body := `{"topic":"t","timeout":10}`
+			if _, err := fmt.Fprintf(c, "POST /pop HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+				t.Fatal(err)
+			}
+			ctx := <-q.popStarted
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the held pop was cancelled (%v) with its client still there", ctx.Err())
+			case <-time.After(3 * opts.ReadBodyTimeout):
+			}
+			c.Close()
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the held pop was not cancelled after its client left")
+			}
+		})
 	})
 }

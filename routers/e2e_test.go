@@ -3,8 +3,6 @@ package routers
 import (
 	"encoding/json"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -48,13 +46,14 @@ func e2eBackends() []e2eBackend {
 	}
 }
 
-// e2eServer serves the engine q through the real handler on an httptest
-// server, closed when the test ends, before the engine stops.
-func e2eServer(t *testing.T, q *delayqueue.Queue) string {
+// e2eOptions are the handler's options in the end-to-end tests.
+func e2eOptions() Options { return Options{BlockTimeout: e2eBlockTimeout} }
+
+// e2eServer serves the engine q through the real handler on the front f,
+// stopped when the test ends, before the engine stops.
+func e2eServer(t *testing.T, f front, q *delayqueue.Queue) string {
 	t.Helper()
-	srv := httptest.NewServer(New(q, Options{BlockTimeout: e2eBlockTimeout}, testLogger(t)))
-	t.Cleanup(srv.Close) // runs before the engine's cleanup
-	return srv.URL
+	return f.serve(t, q, e2eOptions(), testLogger(t)) // stops before the engine's cleanup
 }
 
 // post sends one request and checks the envelope.
@@ -70,7 +69,7 @@ func post(t *testing.T, url, path, body string) response {
 // tryPost sends one request and says what is wrong with the answer's
 // envelope, if anything; it may run outside the test's goroutine.
 func tryPost(url, path, body string) (response, string) {
-	resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+	resp, err := clientFor(path, len(body)).Post(url+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		return response{}, err.Error()
 	}
@@ -181,127 +180,138 @@ func getJob(t *testing.T, url, id string) *e2eJob {
 func TestEndToEnd(t *testing.T) {
 	for _, backend := range e2eBackends() {
 		t.Run(backend.name, func(t *testing.T) {
-			q, stopRedis := backend.start(t)
-			url := e2eServer(t, q)
+			forEachFront(t, func(t *testing.T, f front) {
+				q, stopRedis := backend.start(t)
+				url := e2eServer(t, f, q)
 
-			// push, get, pop, get (reserved), finish, get (gone).
-			const body = " hello, 世界 \n\u0000 "
-			pushBody, _ := json.Marshal(map[string]any{"topic": " mail ", "id": "a1", "delay": 0, "ttr": 30, "body": body})
-			before := time.Now()
-			if got := mustSucceed(t, url, "/push", string(pushBody)); got.msg != "pushed" {
-				t.Fatalf("push answered %s", got.raw)
-			}
-			job := getJob(t, url, "a1")
-			if job == nil || job.Topic != "mail" || job.ID != "a1" || job.TTR != 30 || job.Body != body ||
-				(job.State != delayqueue.StateDelay && job.State != delayqueue.StateReady) || job.Attempts != 0 {
-				t.Fatalf("get after push: %+v", job)
-			}
-			if due := time.UnixMilli(job.DelayMS); due.Before(before.Add(-2*time.Second)) || due.After(time.Now().Add(2*time.Second)) ||
-				job.Delay != job.DelayMS/1000 {
-				t.Fatalf("get after push: due %v (delay %d, delay_ms %d), pushed at %v", due, job.Delay, job.DelayMS, before)
-			}
-			if created := time.Unix(job.CreatedAt, 0); created.Before(before.Add(-2*time.Second)) || created.After(time.Now().Add(2*time.Second)) {
-				t.Fatalf("created_at %v, pushed at %v", created, before)
-			}
+				// push, get, pop, get (reserved), finish, get (gone).
+				const body = " hello, 世界 \n\u0000 "
+				pushBody, _ := json.Marshal(map[string]any{"topic": " mail ", "id": "a1", "delay": 0, "ttr": 30, "body": body})
+				before := time.Now()
+				got := mustSucceed(t, url, "/push", string(pushBody))
+				if got.msg != "pushed" {
+					t.Fatalf("push answered %s", got.raw)
+				}
+				f.checkVia(t, got, "/push", len(pushBody), e2eOptions())
+				job := getJob(t, url, "a1")
+				if job == nil || job.Topic != "mail" || job.ID != "a1" || job.TTR != 30 || job.Body != body ||
+					(job.State != delayqueue.StateDelay && job.State != delayqueue.StateReady) || job.Attempts != 0 {
+					t.Fatalf("get after push: %+v", job)
+				}
+				if due := time.UnixMilli(job.DelayMS); due.Before(before.Add(-2*time.Second)) || due.After(time.Now().Add(2*time.Second)) ||
+					job.Delay != job.DelayMS/1000 {
+					t.Fatalf("get after push: due %v (delay %d, delay_ms %d), pushed at %v", due, job.Delay, job.DelayMS, before)
+				}
+				if created := time.Unix(job.CreatedAt, 0); created.Before(before.Add(-2*time.Second)) || created.After(time.Now().Add(2*time.Second)) {
+					t.Fatalf("created_at %v, pushed at %v", created, before)
+				}
 
-			d := popJob(t, url, `{"topic":"other, mail","timeout":5}`)
-			if want := (&e2eDelivery{ID: "a1", Body: body, Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
-				t.Fatalf("pop: %+v, want %+v", d, want)
-			}
-			if job := getJob(t, url, "a1"); job == nil || job.State != delayqueue.StateReserved || job.Attempts != 1 {
-				t.Fatalf("get after pop: %+v", job)
-			}
-			if got := mustSucceed(t, url, "/finish", `{"id":"a1"}`); got.msg != "finished" {
-				t.Fatalf("finish answered %s", got.raw)
-			}
-			if job := getJob(t, url, "a1"); job != nil {
-				t.Fatalf("get after finish: %+v", job)
-			}
-			if d := popJob(t, url, `{"topic":"mail","timeout":0}`); d != nil {
-				t.Fatalf("pop of an empty topic: %+v", d)
-			}
+				d := popJob(t, url, `{"topic":"other, mail","timeout":5}`)
+				if want := (&e2eDelivery{ID: "a1", Body: body, Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
+					t.Fatalf("pop: %+v, want %+v", d, want)
+				}
+				if job := getJob(t, url, "a1"); job == nil || job.State != delayqueue.StateReserved || job.Attempts != 1 {
+					t.Fatalf("get after pop: %+v", job)
+				}
+				got = mustSucceed(t, url, "/finish", `{"id":"a1"}`)
+				if got.msg != "finished" {
+					t.Fatalf("finish answered %s", got.raw)
+				}
+				f.checkVia(t, got, "/finish", len(`{"id":"a1"}`), e2eOptions())
+				if job := getJob(t, url, "a1"); job != nil {
+					t.Fatalf("get after finish: %+v", job)
+				}
+				if d := popJob(t, url, `{"topic":"mail","timeout":0}`); d != nil {
+					t.Fatalf("pop of an empty topic: %+v", d)
+				}
 
-			// delay_ms: never early.
-			start := time.Now()
-			mustSucceed(t, url, "/push", `{"topic":"mail","id":"ms","delay_ms":300,"ttr":30,"body":"x"}`)
-			d = popJob(t, url, `{"topic":"mail","timeout":5}`)
-			if d == nil || d.ID != "ms" {
-				t.Fatalf("pop of a delay_ms job: %+v", d)
-			}
-			if elapsed := time.Since(start); elapsed < 300*time.Millisecond {
-				t.Fatalf("a job pushed with delay_ms 300 was delivered after %v", elapsed)
-			}
-			mustSucceed(t, url, "/finish", `{"id":"ms"}`)
+				// delay_ms: never early.
+				start := time.Now()
+				mustSucceed(t, url, "/push", `{"topic":"mail","id":"ms","delay_ms":300,"ttr":30,"body":"x"}`)
+				d = popJob(t, url, `{"topic":"mail","timeout":5}`)
+				if d == nil || d.ID != "ms" {
+					t.Fatalf("pop of a delay_ms job: %+v", d)
+				}
+				if elapsed := time.Since(start); elapsed < 300*time.Millisecond {
+					t.Fatalf("a job pushed with delay_ms 300 was delivered after %v", elapsed)
+				}
+				mustSucceed(t, url, "/finish", `{"id":"ms"}`)
 
-			// ttr: an unfinished job is delivered again, not before its ttr.
-			mustSucceed(t, url, "/push", `{"topic":"retry","id":"r1","ttr":1,"body":"again"}`)
-			beforeFirst := time.Now() // the lease starts at the claim, after this
-			first := popJob(t, url, `{"topic":"retry","timeout":5}`)
-			second := popJob(t, url, `{"topic":"retry","timeout":5}`)
-			if first == nil || second == nil || second.ID != "r1" || second.Attempts != 2 {
-				t.Fatalf("ttr redelivery: first %+v, second %+v", first, second)
-			}
-			if elapsed := time.Since(beforeFirst); elapsed < time.Second-5*time.Millisecond {
-				t.Fatalf("redelivered %v after the first pop began, ttr is 1s", elapsed)
-			}
-			mustSucceed(t, url, "/finish", `{"id":"r1"}`)
+				// ttr: an unfinished job is delivered again, not before its ttr.
+				mustSucceed(t, url, "/push", `{"topic":"retry","id":"r1","ttr":1,"body":"again"}`)
+				beforeFirst := time.Now() // the lease starts at the claim, after this
+				first := popJob(t, url, `{"topic":"retry","timeout":5}`)
+				second := popJob(t, url, `{"topic":"retry","timeout":5}`)
+				if first == nil || second == nil || second.ID != "r1" || second.Attempts != 2 {
+					t.Fatalf("ttr redelivery: first %+v, second %+v", first, second)
+				}
+				if elapsed := time.Since(beforeFirst); elapsed < time.Second-5*time.Millisecond {
+					t.Fatalf("redelivered %v after the first pop began, ttr is 1s", elapsed)
+				}
+				mustSucceed(t, url, "/finish", `{"id":"r1"}`)
 
-			// A delayed job: get shows the due time; delete removes it.
-			before = time.Now()
-			mustSucceed(t, url, "/push", `{"topic":"mail","id":"later","delay":100,"ttr":5,"body":"b"}`)
-			job = getJob(t, url, "later")
-			if job == nil || job.State != delayqueue.StateDelay ||
-				job.Delay < before.Unix()+99 || job.Delay > time.Now().Unix()+101 {
-				t.Fatalf("get of a delayed job: %+v (pushed at %d)", job, before.Unix())
-			}
-			if got := mustSucceed(t, url, "/delete", `{"id":"later"}`); got.msg != "deleted" {
-				t.Fatalf("delete answered %s", got.raw)
-			}
-			if job := getJob(t, url, "later"); job != nil {
-				t.Fatalf("get after delete: %+v", job)
-			}
-			// Unknown ids are code 0, as in the original.
-			mustSucceed(t, url, "/delete", `{"id":"later"}`)
-			mustSucceed(t, url, "/finish", `{"id":"never-pushed"}`)
+				// A delayed job: get shows the due time; delete removes it.
+				before = time.Now()
+				mustSucceed(t, url, "/push", `{"topic":"mail","id":"later","delay":100,"ttr":5,"body":"b"}`)
+				job = getJob(t, url, "later")
+				if job == nil || job.State != delayqueue.StateDelay ||
+					job.Delay < before.Unix()+99 || job.Delay > time.Now().Unix()+101 {
+					t.Fatalf("get of a delayed job: %+v (pushed at %d)", job, before.Unix())
+				}
+				if got := mustSucceed(t, url, "/delete", `{"id":"later"}`); got.msg != "deleted" {
+					t.Fatalf("delete answered %s", got.raw)
+				}
+				if job := getJob(t, url, "later"); job != nil {
+					t.Fatalf("get after delete: %+v", job)
+				}
+				// Unknown ids are code 0, as in the original.
+				mustSucceed(t, url, "/delete", `{"id":"later"}`)
+				mustSucceed(t, url, "/finish", `{"id":"never-pushed"}`)
 
-			// Re-push replaces: the new body is delivered, once, counted afresh.
-			mustSucceed(t, url, "/push", `{"topic":"mail","id":"re","delay":100,"ttr":30,"body":"old"}`)
-			if got := mustSucceed(t, url, "/push", `{"topic":"mail","id":"re","delay":0,"ttr":30,"body":"new"}`); got.msg != "pushed, replacing the job with the same id" {
-				t.Fatalf("re-push answered %s", got.raw)
-			}
-			d = popJob(t, url, `{"topic":"mail","timeout":5}`)
-			if want := (&e2eDelivery{ID: "re", Body: "new", Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
-				t.Fatalf("pop after re-push: %+v, want %+v", d, want)
-			}
-			mustSucceed(t, url, "/finish", `{"id":"re"}`)
-			if d := popJob(t, url, `{"topic":"mail","timeout":0}`); d != nil {
-				t.Fatalf("a stale copy was delivered after re-push: %+v", d)
-			}
+				// Re-push replaces: the new body is delivered, once, counted afresh.
+				mustSucceed(t, url, "/push", `{"topic":"mail","id":"re","delay":100,"ttr":30,"body":"old"}`)
+				if got := mustSucceed(t, url, "/push", `{"topic":"mail","id":"re","delay":0,"ttr":30,"body":"new"}`); got.msg != "pushed, replacing the job with the same id" {
+					t.Fatalf("re-push answered %s", got.raw)
+				}
+				d = popJob(t, url, `{"topic":"mail","timeout":5}`)
+				if want := (&e2eDelivery{ID: "re", Body: "new", Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
+					t.Fatalf("pop after re-push: %+v, want %+v", d, want)
+				}
+				mustSucceed(t, url, "/finish", `{"id":"re"}`)
+				if d := popJob(t, url, `{"topic":"mail","timeout":0}`); d != nil {
+					t.Fatalf("a stale copy was delivered after re-push: %+v", d)
+				}
 
-			// Invalid input never reaches the engine.
-			if got := post(t, url, "/push", `{"topic":"a,b","id":"x","ttr":5}`); got.status != 200 || got.code != 1 {
-				t.Fatalf("invalid push answered %d %s", got.status, got.raw)
-			}
+				// Invalid input never reaches the engine.
+				if got := post(t, url, "/push", `{"topic":"a,b","id":"x","ttr":5}`); got.status != 200 || got.code != 1 {
+					t.Fatalf("invalid push answered %d %s", got.status, got.raw)
+				}
 
-			// The shared cluster cannot be stopped: TestEndToEndClusterGone
-			// stops a cluster of its own.
-			if stopRedis != nil {
-				stopRedis()
-				checkRedisGone(t, url)
-			}
+				// The shared cluster cannot be stopped: TestEndToEndClusterGone
+				// stops a cluster of its own.
+				if stopRedis != nil {
+					stopRedis()
+					checkRedisGone(t, url)
+				}
+			})
 		})
 	}
 }
 
-// A cluster whose every node is gone is answered as one Redis gone.
+// A cluster whose every node is gone is answered as one Redis gone. Both
+// fronts serve the one engine: a cluster is slow to start.
 func TestEndToEndClusterGone(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
-	url := e2eServer(t, enginetest.StartOnCluster(t, c.Addrs(), "", e2eBlockTimeout, testLogger(t)))
-	mustSucceed(t, url, "/push", `{"topic":"mail","id":"before","ttr":5}`)
+	q := enginetest.StartOnCluster(t, c.Addrs(), "", e2eBlockTimeout, testLogger(t))
+	urls := make(map[front]string)
+	for _, f := range fronts() {
+		urls[f] = e2eServer(t, f, q)
+		mustSucceed(t, urls[f], "/push", `{"topic":"mail","id":"before","ttr":5}`)
+	}
 	for _, n := range c.Nodes {
 		n.Kill()
 	}
-	checkRedisGone(t, url)
+	forEachFront(t, func(t *testing.T, f front) { checkRedisGone(t, urls[f]) })
 }
 
 // checkRedisGone checks the answers once Redis is gone: code 1 with a
@@ -416,12 +426,15 @@ func popUntil(t *testing.T, url, topic string, deadline time.Duration) *e2eDeliv
 func TestEndToEndLifecycle(t *testing.T) {
 	for _, backend := range e2eBackends() {
 		t.Run(backend.name, func(t *testing.T) {
-			q, _ := backend.start(t)
-			url := e2eServer(t, q)
-			t.Run("retry, release, dead letters, kick", func(t *testing.T) { e2eRetryToDead(t, url) })
-			t.Run("batches, stats, topics", func(t *testing.T) { e2eBatches(t, url) })
-			t.Run("touch and refusals", func(t *testing.T) { e2eTouchAndRefusals(t, url) })
-			t.Run("finish with a receipt", func(t *testing.T) { e2eFinishWithReceipt(t, url) })
+			forEachFront(t, func(t *testing.T, f front) {
+				q, _ := backend.start(t)
+				url := e2eServer(t, f, q)
+				f.checkVia(t, mustSucceed(t, url, "/get", `{"id":"none"}`), "/get", len(`{"id":"none"}`), e2eOptions())
+				t.Run("retry, release, dead letters, kick", func(t *testing.T) { e2eRetryToDead(t, url) })
+				t.Run("batches, stats, topics", func(t *testing.T) { e2eBatches(t, url) })
+				t.Run("touch and refusals", func(t *testing.T) { e2eTouchAndRefusals(t, url) })
+				t.Run("finish with a receipt", func(t *testing.T) { e2eFinishWithReceipt(t, url) })
+			})
 		})
 	}
 }

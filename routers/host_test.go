@@ -3,70 +3,10 @@ package routers
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/delay-queue/delay-queue/internal/http1"
 )
-
-// servedByHeader names, in a test server's answers, the server that ran the
-// request, so that a test knows it took the path it meant to.
-const servedByHeader = "X-Test-Served-By"
-
-// The two ways the binary serves a request.
-const (
-	viaFastPath = "internal/http1"
-	viaNetHTTP  = "net/http"
-)
-
-func servedBy(via string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(servedByHeader, via)
-		next.ServeHTTP(w, r)
-	})
-}
-
-// testServerPath is a server under test and the path it takes: fast is set
-// when the job endpoints' plain POSTs go through internal/http1.
-type testServerPath struct {
-	name string
-	url  string
-	fast bool
-}
-
-// startBothPaths serves h as the binary does (internal/http1 for the job
-// endpoints' plain POSTs, its net/http fallback for the rest) and behind a
-// plain net/http server, on loopback ports; both stop when the test ends.
-func startBothPaths(t *testing.T, h http.Handler) []testServerPath {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := &http1.Server{
-		Handler:           servedBy(viaFastPath, h),
-		Fallback:          &http.Server{Handler: servedBy(viaNetHTTP, h), ReadHeaderTimeout: 5 * time.Second},
-		Paths:             JobPaths(),
-		ReadHeaderTimeout: 5 * time.Second,
-		Logger:            testLogger(t),
-	}
-	served := make(chan error, 1)
-	go func() { served <- fast.Serve(l) }()
-	t.Cleanup(func() {
-		_ = fast.Close()
-		<-served
-	})
-	plain := httptest.NewServer(servedBy(viaNetHTTP, h))
-	t.Cleanup(plain.Close)
-	return []testServerPath{
-		{name: "fast path", url: "http://" + l.Addr().String(), fast: true},
-		{name: "net/http", url: plain.URL},
-	}
-}
 
 // sendWithHost sends a request to url with the given Host header (the
 // connection goes to url's address whatever the Host says) and returns the
@@ -114,7 +54,6 @@ func TestBrowserRequestsNeedAKnownHost(t *testing.T) {
 	q := &fakeQueue{}
 	opts := testOptions()
 	opts.AllowedHosts = []string{"dq.example", "Upper.Example."}
-	paths := startBothPaths(t, New(q, opts, testLogger(t)))
 
 	tests := []struct {
 		name    string
@@ -145,17 +84,15 @@ func TestBrowserRequestsNeedAKnownHost(t *testing.T) {
 		{"not a browser: the rebinding name", "rebind.example:9277", nil, false},
 		{"not a browser: any name", "queue.internal.corp", nil, false},
 	}
-	for _, sp := range paths {
+	forEachFront(t, func(t *testing.T, f front) {
+		url := f.serve(t, q, opts, testLogger(t))
 		for _, tc := range tests {
 			for _, endpoint := range []string{"/push", "/stats"} {
-				t.Run(sp.name+"/"+tc.name+endpoint, func(t *testing.T) {
+				t.Run(tc.name+endpoint, func(t *testing.T) {
 					before := len(q.recorded())
-					got, via := sendWithHost(t, http.MethodPost, sp.url+endpoint, tc.host, "text/plain", validBodies()[endpoint], tc.headers...)
-					wantVia := viaNetHTTP
-					if sp.fast && endpoint == "/push" {
-						wantVia = viaFastPath
-					}
-					if via != wantVia {
+					body := validBodies()[endpoint]
+					got, via := sendWithHost(t, http.MethodPost, url+endpoint, tc.host, "text/plain", body, tc.headers...)
+					if wantVia := f.via(endpoint, len(body), opts); via != wantVia {
 						t.Errorf("served by %q, want %q", via, wantVia)
 					}
 					calls := len(q.recorded()) - before
@@ -178,7 +115,7 @@ func TestBrowserRequestsNeedAKnownHost(t *testing.T) {
 				})
 			}
 		}
-	}
+	})
 }
 
 // With auth_token set, the token decides: a browser request under any name
@@ -189,7 +126,6 @@ func TestBrowserRequestsWithTheTokenPassUnderAnyHost(t *testing.T) {
 	q := &fakeQueue{}
 	opts := testOptions()
 	opts.AuthToken = token
-	paths := startBothPaths(t, New(q, opts, testLogger(t)))
 	const host = "rebind.example:9277"
 	browser := []string{"Origin", "http://" + host, "Sec-Fetch-Site", "same-origin"}
 
@@ -203,15 +139,17 @@ func TestBrowserRequestsWithTheTokenPassUnderAnyHost(t *testing.T) {
 		{"no token", "", http.StatusUnauthorized, msgTokenMissing},
 		{"wrong token", "Bearer not-the-token-at-all", http.StatusUnauthorized, msgTokenInvalid},
 	}
-	for _, sp := range paths {
+	forEachFront(t, func(t *testing.T, f front) {
+		url := f.serve(t, q, opts, testLogger(t))
 		for _, tc := range tests {
-			t.Run(sp.name+"/"+tc.name, func(t *testing.T) {
+			t.Run(tc.name, func(t *testing.T) {
 				headers := browser
 				if tc.auth != "" {
 					headers = append(headers[:len(headers):len(headers)], "Authorization", tc.auth)
 				}
-				got, via := sendWithHost(t, http.MethodPost, sp.url+"/push", host, "text/plain", validBodies()["/push"], headers...)
-				if wantVia := map[bool]string{true: viaFastPath, false: viaNetHTTP}[sp.fast]; via != wantVia {
+				body := validBodies()["/push"]
+				got, via := sendWithHost(t, http.MethodPost, url+"/push", host, "text/plain", body, headers...)
+				if wantVia := f.via("/push", len(body), opts); via != wantVia {
 					t.Errorf("served by %q, want %q", via, wantVia)
 				}
 				if got.status != tc.wantStatus || got.msg != tc.wantMsg {
@@ -219,7 +157,7 @@ func TestBrowserRequestsWithTheTokenPassUnderAnyHost(t *testing.T) {
 				}
 			})
 		}
-	}
+	})
 }
 
 // The GET routes that never need the token answer browsers under any name:
@@ -234,24 +172,24 @@ func TestOpenRoutesAnswerBrowsersUnderAnyHost(t *testing.T) {
 	opts.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "<!doctype html>")
 	})
-	srv := httptest.NewServer(New(&fakeQueue{}, opts, testLogger(t)))
-	defer srv.Close()
-
-	for _, path := range []string{"/healthz", "/metrics", "/ui/"} {
-		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
+	forEachFront(t, func(t *testing.T, f front) {
+		url := f.serve(t, &fakeQueue{}, opts, testLogger(t))
+		for _, path := range []string{"/healthz", "/metrics", "/ui/"} {
+			req, err := http.NewRequest(http.MethodGet, url+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = "rebind.example:9277"
+			req.Header.Set("Sec-Fetch-Site", "same-origin")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("GET %s from a browser under a foreign name: %d %s, want 200", path, resp.StatusCode, raw)
+			}
 		}
-		req.Host = "rebind.example:9277"
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("GET %s from a browser under a foreign name: %d %s, want 200", path, resp.StatusCode, raw)
-		}
-	}
+	})
 }

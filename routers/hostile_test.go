@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -16,22 +14,24 @@ import (
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
+// hostileOptions are the default limits (max_body_bytes 16 MiB,
+// max_job_body_bytes 1 MiB).
+func hostileOptions() Options { return Options{BlockTimeout: 5 * time.Second} }
+
 // hostileServer runs the real engine on miniredis behind the real handler
-// with the default limits (max_body_bytes 16 MiB, max_job_body_bytes 1 MiB).
-func hostileServer(t *testing.T) string {
+// with hostileOptions, on the front f.
+func hostileServer(t *testing.T, f front) string {
 	t.Helper()
 	mini := redistest.Mini(t)
 	q := enginetest.Start(t, mini.Addr(), 5*time.Second, testLogger(t))
 	// A discarding logger: t.Log of 10 MB request lines is not useful.
-	srv := httptest.NewServer(New(q, Options{BlockTimeout: 5 * time.Second}, nil))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return f.serve(t, q, hostileOptions(), nil)
 }
 
 // postBytes sends one raw body and checks the envelope.
 func postBytes(t *testing.T, url, path string, body []byte) response {
 	t.Helper()
-	resp, err := http.Post(url+path, "application/json", bytes.NewReader(body))
+	resp, err := clientFor(path, len(body)).Post(url+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
@@ -149,41 +149,44 @@ func TestHostileInputs(t *testing.T) {
 		{"too many ids", "/delete", []byte(tooManyIDs), 200, "ids must hold 1 to 1000 ids, got 1001"},
 	}
 
-	url := hostileServer(t)
-	mustSucceed(t, url, "/push", `{"topic":"safe","id":"keep","ttr":30,"body":"kept"}`)
-	statsBefore := mustSucceed(t, url, "/stats", `{}`).data
-	getBefore := mustSucceed(t, url, "/get", `{"id":"keep"}`).data
+	forEachFront(t, func(t *testing.T, f front) {
+		url := hostileServer(t, f)
+		mustSucceed(t, url, "/push", `{"topic":"safe","id":"keep","ttr":30,"body":"kept"}`)
+		statsBefore := mustSucceed(t, url, "/stats", `{}`).data
+		getBefore := mustSucceed(t, url, "/get", `{"id":"keep"}`).data
 
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := postBytes(t, url, tt.path, tt.body)
-			if tt.name == "10 MB unknown member" {
-				// Unknown members are ignored, as in the original; the
-				// request is otherwise valid and deletes nothing that
-				// exists.
-				if got.code != 0 {
-					t.Fatalf("answer %d %.300s", got.status, got.raw)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				got := postBytes(t, url, tt.path, tt.body)
+				f.checkVia(t, got, tt.path, len(tt.body), hostileOptions())
+				if tt.name == "10 MB unknown member" {
+					// Unknown members are ignored, as in the original; the
+					// request is otherwise valid and deletes nothing that
+					// exists.
+					if got.code != 0 {
+						t.Fatalf("answer %d %.300s", got.status, got.raw)
+					}
+					return
 				}
-				return
-			}
-			if got.status != tt.wantStatus || got.code != 1 || !strings.Contains(got.msg, tt.wantMsg) {
-				t.Fatalf("answer %d %.500s\nwant %d code 1 with %q", got.status, got.raw, tt.wantStatus, tt.wantMsg)
-			}
-			if len(got.raw) > 2000 {
-				t.Errorf("the answer is %d bytes: it echoes the input", len(got.raw))
-			}
-			if stats := mustSucceed(t, url, "/stats", `{}`).data; !bytes.Equal(stats, statsBefore) {
-				t.Fatalf("/stats changed:\nbefore %s\nafter  %s", statsBefore, stats)
-			}
-			if job := mustSucceed(t, url, "/get", `{"id":"keep"}`).data; !bytes.Equal(job, getBefore) {
-				t.Fatalf("/get keep changed:\nbefore %s\nafter  %s", getBefore, job)
-			}
-		})
-	}
+				if got.status != tt.wantStatus || got.code != 1 || !strings.Contains(got.msg, tt.wantMsg) {
+					t.Fatalf("answer %d %.500s\nwant %d code 1 with %q", got.status, got.raw, tt.wantStatus, tt.wantMsg)
+				}
+				if len(got.raw) > 2000 {
+					t.Errorf("the answer is %d bytes: it echoes the input", len(got.raw))
+				}
+				if stats := mustSucceed(t, url, "/stats", `{}`).data; !bytes.Equal(stats, statsBefore) {
+					t.Fatalf("/stats changed:\nbefore %s\nafter  %s", statsBefore, stats)
+				}
+				if job := mustSucceed(t, url, "/get", `{"id":"keep"}`).data; !bytes.Equal(job, getBefore) {
+					t.Fatalf("/get keep changed:\nbefore %s\nafter  %s", getBefore, job)
+				}
+			})
+		}
 
-	// The job pushed first is still poppable, with its body intact.
-	popped := mustSucceed(t, url, "/pop", `{"topic":"safe","timeout":1}`)
-	if !strings.Contains(string(popped.data), `"id":"keep"`) || !strings.Contains(string(popped.data), `"body":"kept"`) {
-		t.Fatalf("pop after the hostile inputs: %s", popped.raw)
-	}
+		// The job pushed first is still poppable, with its body intact.
+		popped := mustSucceed(t, url, "/pop", `{"topic":"safe","timeout":1}`)
+		if !strings.Contains(string(popped.data), `"id":"keep"`) || !strings.Contains(string(popped.data), `"body":"kept"`) {
+			t.Fatalf("pop after the hostile inputs: %s", popped.raw)
+		}
+	})
 }

@@ -3,7 +3,6 @@ package routers
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -174,41 +173,42 @@ func TestPopCount(t *testing.T) {
 
 // A client that goes away ends the hold: Pop gets the request's context.
 func TestPopEndsWhenClientLeaves(t *testing.T) {
-	q := &fakeQueue{popStarted: make(chan context.Context, 1)}
-	srv := httptest.NewServer(New(q, testOptions(), testLogger(t)))
-	defer srv.Close()
+	forEachFront(t, func(t *testing.T, f front) {
+		q := &fakeQueue{popStarted: make(chan context.Context, 1)}
+		url := f.serve(t, q, testOptions(), testLogger(t))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", srv.URL+"/pop", strings.NewReader(`{"topic":"a"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientDone := make(chan error, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, "POST", url+"/pop", strings.NewReader(`{"topic":"a"}`))
+		if err != nil {
+			t.Fatal(err)
 		}
-		clientDone <- err
-	}()
+		clientDone := make(chan error, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			clientDone <- err
+		}()
 
-	var popCtx context.Context
-	select {
-	case popCtx = <-q.popStarted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Pop was not called")
-	}
-	if popCtx.Err() != nil {
-		t.Fatal("Pop's context ended before the client left")
-	}
-	cancel()
-	select {
-	case <-popCtx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("Pop's context did not end when the client left")
-	}
-	if err := <-clientDone; err == nil {
-		t.Fatal("the canceled client got an answer")
-	}
+		var popCtx context.Context
+		select {
+		case popCtx = <-q.popStarted:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Pop was not called")
+		}
+		if popCtx.Err() != nil {
+			t.Fatal("Pop's context ended before the client left")
+		}
+		cancel()
+		select {
+		case <-popCtx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Pop's context did not end when the client left")
+		}
+		if err := <-clientDone; err == nil {
+			t.Fatal("the canceled client got an answer")
+		}
+	})
 }

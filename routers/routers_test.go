@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -131,57 +130,58 @@ func TestStatusCodes(t *testing.T) {
 // Over a real connection too: a chunked body with no Content-Length, HEAD,
 // and a request line the client library would never produce.
 func TestStatusCodesOverTheWire(t *testing.T) {
-	q := &fakeQueue{}
-	srv := httptest.NewServer(New(q, testOptions(), testLogger(t)))
-	defer srv.Close()
+	forEachFront(t, func(t *testing.T, f front) {
+		q := &fakeQueue{}
+		url := f.serve(t, q, testOptions(), testLogger(t))
 
-	t.Run("chunked body over the limit", func(t *testing.T) {
-		body := io.MultiReader(strings.NewReader(`{"topic":"`), strings.NewReader(strings.Repeat("x", 10000)), strings.NewReader(`"}`))
-		req, err := http.NewRequest("POST", srv.URL+"/pop", body) // a plain reader: sent chunked
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
-		if problem != "" || got.status != 413 || got.code != 1 {
-			t.Fatalf("answer %d %s %s", resp.StatusCode, raw, problem)
+		t.Run("chunked body over the limit", func(t *testing.T) {
+			body := io.MultiReader(strings.NewReader(`{"topic":"`), strings.NewReader(strings.Repeat("x", 10000)), strings.NewReader(`"}`))
+			req, err := http.NewRequest("POST", url+"/pop", body) // a plain reader: sent chunked
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
+			if problem != "" || got.status != 413 || got.code != 1 {
+				t.Fatalf("answer %d %s %s", resp.StatusCode, raw, problem)
+			}
+		})
+		t.Run("HEAD", func(t *testing.T) {
+			resp, err := http.Head(url + "/push")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" || resp.Header.Get("Content-Type") != "application/json; charset=utf-8" {
+				t.Fatalf("HEAD answer %d %v", resp.StatusCode, resp.Header)
+			}
+		})
+		t.Run("unclean path sent raw", func(t *testing.T) {
+			req, err := http.NewRequest("POST", url, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.URL.Opaque = "//push" // sent verbatim, not cleaned by the client
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
+			if problem != "" || got.status != 404 {
+				t.Fatalf("answer %d %s %s", resp.StatusCode, raw, problem)
+			}
+		})
+		if calls := q.recorded(); len(calls) != 0 {
+			t.Errorf("queue called: %+v", calls)
 		}
 	})
-	t.Run("HEAD", func(t *testing.T) {
-		resp, err := http.Head(srv.URL + "/push")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" || resp.Header.Get("Content-Type") != "application/json; charset=utf-8" {
-			t.Fatalf("HEAD answer %d %v", resp.StatusCode, resp.Header)
-		}
-	})
-	t.Run("unclean path sent raw", func(t *testing.T) {
-		req, err := http.NewRequest("POST", srv.URL, strings.NewReader("{}"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.URL.Opaque = "//push" // sent verbatim, not cleaned by the client
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
-		if problem != "" || got.status != 404 {
-			t.Fatalf("answer %d %s %s", resp.StatusCode, raw, problem)
-		}
-	})
-	if calls := q.recorded(); len(calls) != 0 {
-		t.Errorf("queue called: %+v", calls)
-	}
 }
 
 // Engine errors: the sentinels reach the client as clear messages, the
@@ -230,31 +230,27 @@ func TestQueueErrors(t *testing.T) {
 }
 
 func TestPanicIsAnswered(t *testing.T) {
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	q := &fakeQueue{panicMsg: "boom"}
-	srv := httptest.NewServer(New(q, testOptions(), logger))
-	defer srv.Close()
+	forEachFront(t, func(t *testing.T, f front) {
+		var logs lockedBuffer
+		logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		q := &fakeQueue{panicMsg: "boom"}
+		url := f.serve(t, q, testOptions(), logger)
 
-	for _, req := range validRequests() {
-		resp, err := http.Post(srv.URL+req.path, "application/json", strings.NewReader(req.body))
-		if err != nil {
-			t.Fatalf("%s: %v", req.path, err)
+		for _, req := range validRequests() {
+			got, problem := tryPost(url, req.path, req.body)
+			if problem != "" || got.status != 200 || got.code != 1 || got.msg != "internal error" {
+				t.Fatalf("%s %s: answer %d %s %s", req.path, req.body, got.status, got.raw, problem)
+			}
+			f.checkVia(t, got, req.path, len(req.body), testOptions())
 		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
-		if problem != "" || got.status != 200 || got.code != 1 || got.msg != "internal error" {
-			t.Fatalf("%s %s: answer %d %s %s", req.path, req.body, resp.StatusCode, raw, problem)
+		// Both servers log a request before its answer is sent.
+		if n := strings.Count(logs.String(), `msg="panic in http handler"`); n != len(validRequests()) {
+			t.Errorf("%d panic log lines, want %d:\n%s", n, len(validRequests()), logs.String())
 		}
-	}
-	srv.Close() // waits for the handlers, so the logs are complete
-	if n := strings.Count(logs.String(), `msg="panic in http handler"`); n != len(validRequests()) {
-		t.Errorf("%d panic log lines, want %d:\n%s", n, len(validRequests()), logs.String())
-	}
-	if !strings.Contains(logs.String(), "panic=boom") {
-		t.Errorf("the panic value is not logged:\n%s", logs.String())
-	}
+		if !strings.Contains(logs.String(), "panic=boom") {
+			t.Errorf("the panic value is not logged:\n%s", logs.String())
+		}
+	})
 }
 
 // One line per request, with the job's topic and id, and never its body.

@@ -38,10 +38,18 @@ type server struct {
 	observer *metrics.Metrics
 	queue    *delayqueue.Queue
 	hooks    *webhook.Dispatcher
-	http     *http1.Server
+	http     httpServer
 	listener net.Listener
 	// stopDebug stops the debug_addr listener, when there is one.
 	stopDebug func()
+}
+
+// httpServer is the HTTP server as run drives it: an *http.Server, or an
+// *http1.Server in front of one (http_fast_path).
+type httpServer interface {
+	Serve(l net.Listener) error
+	Shutdown(ctx context.Context) error
+	Close() error
 }
 
 // redisOptions are the redis.* settings as the connection package takes
@@ -212,9 +220,9 @@ func (s *server) buildHooks() error {
 	return nil
 }
 
-// buildHTTP builds the HTTP server: the job endpoints' plain requests are
-// served by http1, without net/http's per-request cost; everything else by
-// net/http.
+// buildHTTP builds the HTTP server: net/http, and in front of it, with
+// http_fast_path, internal/http1, which serves the job endpoints' plain
+// requests without net/http's per-request cost and hands it the rest.
 func (s *server) buildHTTP() {
 	cfg := s.cfg
 	handler := routers.New(s.queue, routers.Options{
@@ -230,17 +238,25 @@ func (s *server) buildHTTP() {
 		ObserveRequest:  s.observer.ObserveRequest,
 		UI:              ui.Handler(),
 	}, s.log)
+	plain := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		// No WriteTimeout: a held /pop answers after up to
+		// queue_block_timeout, and a write timeout would cut it.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if !cfg.HTTPFastPath {
+		s.http = plain
+		return
+	}
 	s.http = &http1.Server{
-		Handler: handler,
-		Fallback: &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-			IdleTimeout:       cfg.IdleTimeout,
-			// No WriteTimeout: a held /pop answers after up to
-			// queue_block_timeout, and a write timeout would cut it.
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		},
-		Paths:             routers.JobPaths(),
+		Handler:  handler,
+		Fallback: plain,
+		Paths:    routers.JobPaths(),
+		// A body over max_body_bytes goes to net/http, whose 413 closes
+		// the connection.
+		MaxBody:           min(cfg.MaxBodyBytes, http1.DefaultMaxBody),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadBodyTimeout:   cfg.ReadBodyTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -305,7 +321,8 @@ func (s *server) run(ctx context.Context) error {
 	}
 	r := s.start(ctx)
 	s.log.Info("listening", "addr", s.listener.Addr().String(), "dashboard", dashboardURL(s.listener.Addr()),
-		"redis", s.target, "partitions", s.queue.Partitions(), "version", version, "auth", s.cfg.AuthToken != "")
+		"redis", s.target, "partitions", s.queue.Partitions(), "version", version, "auth", s.cfg.AuthToken != "",
+		"http_fast_path", s.cfg.HTTPFastPath)
 
 	var failure error
 	select {

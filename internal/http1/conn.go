@@ -296,12 +296,16 @@ func (c *conn) handle(req request) bool {
 	if int64(c.br.Buffered()) < req.length {
 		c.setReadTimeout(c.srv.ReadBodyTimeout)
 	}
+	// A body cut short (its deadline passed, its client gone) is handed to
+	// the handler as net/http hands it: the bytes that came, then the
+	// error, so that the handler answers it (408 for a deadline) as it
+	// would there. The connection is closed after the answer: what is left
+	// of the body must not be read as a request.
 	var body io.ReadCloser = http.NoBody
+	var bodyErr error
 	if req.length > 0 {
-		if err := c.readBody(int(req.length)); err != nil {
-			return false
-		}
-		c.bodyRead.Reset(c.body)
+		bodyErr = c.readBody(int(req.length))
+		c.bodyRead.reset(c.body, bodyErr)
 		body = &c.bodyRead
 	}
 
@@ -320,6 +324,7 @@ func (c *conn) handle(req request) bool {
 		Header:        req.header,
 		Body:          body,
 		ContentLength: req.length,
+		Close:         req.close,
 		Host:          req.host,
 		RemoteAddr:    c.remote,
 		RequestURI:    req.path,
@@ -330,7 +335,7 @@ func (c *conn) handle(req request) bool {
 	clear(c.response.header)
 	w := &c.response
 	w.status, w.body = 0, c.reply[:0]
-	if req.holds {
+	if req.holds && bodyErr == nil {
 		// Whatever is buffered behind it (a CRLF, a pipelined request),
 		// the client may still leave: the watch reads on to see it go.
 		ctx, cancel := context.WithCancel(context.Background())
@@ -344,7 +349,7 @@ func (c *conn) handle(req request) bool {
 	if cap(w.body) <= maxKeptReply {
 		c.reply = w.body // a rare large answer is not kept per connection
 	}
-	closing := req.close || c.srv.closing.Load()
+	closing := req.close || bodyErr != nil || c.srv.closing.Load()
 	for _, v := range w.header["Connection"] {
 		closes, _ := connectionTokens([]byte(v))
 		closing = closing || closes
@@ -364,7 +369,9 @@ func (c *conn) handle(req request) bool {
 // request to request. A body already buffered (the usual case) is copied
 // at once. One still arriving is read as it comes, the buffer growing with
 // it (doubling, up to n): a head that claims MaxBody bytes and sends none
-// costs a small buffer, not the claim.
+// costs a small buffer, not the claim. On error c.body holds the bytes
+// that came; a body that ends early is io.ErrUnexpectedEOF, as in
+// net/http.
 func (c *conn) readBody(n int) error {
 	if c.br.Buffered() >= n {
 		if cap(c.body) < n {
@@ -383,6 +390,9 @@ func (c *conn) readBody(n int) error {
 		}
 		read, err := c.br.Read(c.body[len(c.body):min(cap(c.body), n)])
 		c.body = c.body[:len(c.body)+read]
+		if err == io.EOF && len(c.body) < n {
+			return io.ErrUnexpectedEOF
+		}
 		if err != nil && len(c.body) < n {
 			return err
 		}
@@ -502,7 +512,9 @@ func (c *conn) writeResponse(w *responseWriter, closing bool) error {
 	if !bodyAllowed {
 		w.body = w.body[:0]
 	}
-	if _, ok := h["Content-Type"]; !ok && len(w.body) > 0 {
+	// Sniffed as net/http does: not under a Content-Encoding, whose bytes
+	// say nothing of the type.
+	if _, ok := h["Content-Type"]; !ok && len(w.body) > 0 && h.Get("Content-Encoding") == "" {
 		h.Set("Content-Type", http.DetectContentType(w.body))
 	}
 	b := c.bw
@@ -574,8 +586,30 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// bodyReader is a request body read whole before the handler runs.
-type bodyReader struct{ bytes.Reader }
+// bodyReader is a request body read before the handler runs: its bytes,
+// then the error that cut it short, if any. It offers Read and Close, as
+// net/http's body does, and Len, the bytes left, by which a handler can
+// tell that the body is in memory already (routers reads it in one
+// allocation then).
+type bodyReader struct {
+	bytes bytes.Reader
+	err   error
+}
+
+func (b *bodyReader) reset(body []byte, err error) {
+	b.bytes.Reset(body)
+	b.err = err
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.bytes.Read(p)
+	if err == io.EOF && b.err != nil {
+		return n, b.err
+	}
+	return n, err
+}
+
+func (b *bodyReader) Len() int { return b.bytes.Len() }
 
 func (*bodyReader) Close() error { return nil }
 

@@ -1,19 +1,62 @@
-// Package http1 serves the API's job endpoints over HTTP/1.1 without
-// net/http's per-request machinery, and hands every other connection to a
-// net/http server.
+// Package http1 serves the plain requests of the API's job endpoints over
+// HTTP/1.1 without net/http's per-request machinery, and hands every other
+// connection to a net/http server. It is a shortcut for the common case,
+// not a second HTTP implementation, and gains no features of its own: a
+// request it takes is answered as net/http would answer it, by the same
+// http.Handler, and whatever it does not take, net/http serves. The
+// server's http_fast_path setting turns it off, leaving net/http alone.
 //
 // Profiles of the push load showed net/http's serving loop costing about a
 // third of the server's CPU: a background read goroutine per request (which
 // notices a client leaving), a deadline dance to stop it, and allocations.
-// A request this package takes is a plain one: "POST <fast path> HTTP/1.1"
-// with a Host, a Content-Length body of at most MaxBody bytes, the whole
-// head within the read buffer, no Transfer-Encoding, Expect, Upgrade or
-// Trailer, and a Connection header of keep-alive or close. It runs the same
-// http.Handler net/http would run. The first request that is anything else
-// (a GET, a chunked body, HTTP/1.0, a query string, an odd header) hands
-// its connection, with the bytes read so far, to the net/http server, which
-// then owns it to the end: the uncommon cases get net/http's behaviour,
-// not a second implementation of it.
+//
+// # What it takes
+//
+// A request is served here when all of this holds, and every request
+// before it on its connection was served here too:
+//
+//   - its request line is exactly "POST <path> HTTP/1.1", the path one of
+//     Server.Paths as written (no query string, no other spelling);
+//   - its head fits in the connection's read buffer (4 KiB), its lines end
+//     in CRLF or LF with no other CR, none is folded, header names are
+//     tokens and values hold no control characters but tabs;
+//   - it has one Host, not empty, of letters, digits and ".-:[]_";
+//   - it has at most one Content-Length, in decimal digits, of at most
+//     Server.MaxBody (none: no body);
+//   - it has no Transfer-Encoding, Expect, Upgrade or Trailer header, and a
+//     Connection header, if any, names only keep-alive and close.
+//
+// Every head taken here is one net/http reads alike (the fuzz test
+// FuzzParseHeadAgreesWithNetHTTP checks it). The first request that is
+// anything else (a GET, a chunked or larger body, HTTP/1.0, Expect:
+// 100-continue, a query string, an odd or malformed header, a longer head)
+// hands its connection, with the bytes read so far, to the net/http server
+// (Server.Fallback), which then owns it to the end: the uncommon and the
+// malformed cases get net/http's behaviour, its 400s included, not a
+// second implementation of it.
+//
+// # What the handler gets
+//
+// The *http.Request net/http would build for such a head (method, URL,
+// protocol, Host, Header, ContentLength, Close, RemoteAddr, RequestURI),
+// with its body read before the handler runs, within ReadBodyTimeout: a
+// body cut short reads as the bytes that came, then the error (a deadline
+// passed, an unexpected EOF), as in net/http, and its connection is closed
+// after the answer. The request's context carries none of net/http's
+// values (http.ServerContextKey, http.LocalAddrContextKey).
+//
+// The http.ResponseWriter collects the answer, which is written when the
+// handler returns as net/http writes it: the status line, the handler's
+// headers, Date, a Content-Type sniffed as net/http does, and
+// Content-Length (always: net/http turns to chunked encoding past 2 KiB).
+// It is a plain one: no Flusher, Hijacker or informational (1xx) answers,
+// and its SetReadDeadline does nothing (the body is in already). The
+// framing headers are the connection's: a Content-Length or
+// Transfer-Encoding the handler sets is dropped, and a Connection: close
+// it sets closes the connection. A handler that needs more serves paths
+// left to net/http.
+//
+// # Held requests
 //
 // A request on a path that can hold (a /pop waiting for jobs) has its
 // context cancelled when the client goes away, as net/http does, by a
@@ -61,6 +104,9 @@ type Server struct {
 	// whose requests can hold, so that a client leaving cancels them.
 	Paths map[string]bool
 	// MaxBody is the largest Content-Length taken here (0: DefaultMaxBody).
+	// Keep it within the handler's own limit: a handler refusing a body as
+	// too large (http.MaxBytesReader) has net/http close the connection
+	// after the answer, which it cannot ask of this package.
 	MaxBody int64
 	// ReadHeaderTimeout bounds reading a request head and IdleTimeout the
 	// wait for the next request on a kept-alive connection; zero means no
@@ -68,10 +114,12 @@ type Server struct {
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 	// ReadBodyTimeout bounds reading the body of a request taken here,
-	// from the end of its head; a slower one closes the connection
-	// unanswered. Zero means no limit. (net/http has no such bound short
-	// of ReadTimeout, which would also cut held requests: a Fallback
-	// handler that reads bodies sets its own, through
+	// from the end of its head. The handler of a slower one reads the
+	// bytes that came, then an error matching os.ErrDeadlineExceeded, as
+	// it would under a read deadline in net/http; its answer is sent and
+	// the connection closed. Zero means no limit. (net/http has no such
+	// bound short of ReadTimeout, which would also cut held requests: a
+	// Fallback handler that reads bodies sets its own, through
 	// http.ResponseController.)
 	ReadBodyTimeout time.Duration
 	Logger          *slog.Logger

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -356,6 +358,36 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 	}
 }
 
+// A body whose client stops sending before its end reaches the handler as
+// in net/http: the bytes that came, then io.ErrUnexpectedEOF. Its answer is
+// still sent, to a client that only closed its side, and the connection
+// then closed.
+func TestBodyCutShortReachesTheHandler(t *testing.T) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "read %q, then %v", body, err)
+	})
+	ts := startServer(t, handler, echo("net/http"), map[string]bool{"/push": false})
+	c, br := dial(t, ts.addr)
+	if _, err := io.WriteString(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: 100\r\n\r\n{\"id\""); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a body cut short: %v", err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if want := `read "{\"id\"", then unexpected EOF`; string(raw) != want || !resp.Close {
+		t.Fatalf("answer %q (close %v), want %q, Connection: close", raw, resp.Close, want)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after a body cut short the connection should close, read gave %v", err)
+	}
+}
+
 // A body that arrives in pieces, beyond the read buffer, is read whole,
 // and the connection's buffer serves the next one.
 func TestBodyArrivingInPieces(t *testing.T) {
@@ -376,13 +408,20 @@ func TestBodyArrivingInPieces(t *testing.T) {
 	}
 }
 
-// ReadBodyTimeout bounds a body from the end of its head: a slower one
-// closes the connection. Once the body is in, a held request outlives it.
+// ReadBodyTimeout bounds a body from the end of its head: the handler of a
+// slower one reads the bytes that came, then a deadline error, as in
+// net/http; its answer is sent and the connection closed. Once the body is
+// in, a held request outlives it.
 func TestBodyReadTimeout(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	release := make(chan struct{})
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusRequestTimeout)
+			fmt.Fprintf(w, "read %q, then: deadline %v", body, errors.Is(err, os.ErrDeadlineExceeded))
+			return
+		}
 		if r.URL.Path == "/pop" {
 			select {
 			case <-release:
@@ -400,8 +439,16 @@ func TestBodyReadTimeout(t *testing.T) {
 		if _, err := io.WriteString(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 			t.Fatal(err)
 		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer to a body slower than ReadBodyTimeout: %v", err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		if want := `read "{", then: deadline true`; resp.StatusCode != http.StatusRequestTimeout || string(raw) != want || !resp.Close {
+			t.Fatalf("answer %d %q (close %v), want 408 %q, Connection: close", resp.StatusCode, raw, resp.Close, want)
+		}
 		if _, err := br.ReadByte(); err != io.EOF {
-			t.Fatalf("a body slower than ReadBodyTimeout should close the connection, read gave %v", err)
+			t.Fatalf("after a body slower than ReadBodyTimeout the connection should close, read gave %v", err)
 		}
 	})
 	t.Run("held request outlives it", func(t *testing.T) {
@@ -750,6 +797,127 @@ func TestEndOfHead(t *testing.T) {
 	for _, tt := range tests {
 		if got := endOfHead([]byte(tt.in)); got != tt.want {
 			t.Errorf("endOfHead(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}
+
+// An answer written here reads as net/http writes it, for what handlers
+// do: the status line, the headers (a sniffed Content-Type, but not under
+// a Content-Encoding; the handler's Date), the body, or none for a status
+// that has none, and whether the connection stays. The same handler runs
+// behind both servers, and each case goes to each.
+func TestAnswersAsNetHTTPWritesThem(t *testing.T) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		switch r.URL.Path {
+		case "/sniffed":
+			_, _ = io.WriteString(w, "<!doctype html><p>hi")
+		case "/encoded":
+			h.Set("Content-Encoding", "gzip")
+			_, _ = w.Write([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0})
+		case "/typed":
+			h.Set("Content-Type", "application/json")
+			h.Add("X-Many", "b")
+			h.Add("X-Many", "a")
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		case "/nothing":
+		case "/nocontent":
+			w.WriteHeader(http.StatusNoContent)
+			_, _ = io.WriteString(w, "dropped")
+		case "/notmodified":
+			w.WriteHeader(http.StatusNotModified)
+			_, _ = io.WriteString(w, "dropped")
+		case "/odd-status":
+			w.WriteHeader(599)
+			_, _ = io.WriteString(w, "odd")
+		case "/dated":
+			h.Set("Date", "Mon, 02 Jan 2006 15:04:05 GMT")
+			_, _ = io.WriteString(w, "dated")
+		case "/closing":
+			h.Set("Connection", "close")
+			_, _ = io.WriteString(w, "bye")
+		case "/twice":
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "first wins")
+		}
+	})
+	paths := map[string]bool{}
+	for _, p := range []string{"/sniffed", "/encoded", "/typed", "/nothing", "/nocontent", "/notmodified",
+		"/odd-status", "/dated", "/closing", "/twice"} {
+		paths[p] = false
+	}
+	quiet := func(s *Server) { s.Fallback.ErrorLog = log.New(io.Discard, "", 0) } // "superfluous WriteHeader"
+	fast := startServer(t, handler, echo("net/http"), paths)
+	plain := startServer(t, echo("fast"), handler, map[string]bool{}, quiet)
+	type answer struct {
+		status int
+		proto  string
+		header http.Header
+		body   string
+		close  bool
+	}
+	send := func(addr, path string) answer {
+		c, br := dial(t, addr)
+		if _, err := io.WriteString(c, post(path, "")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		h := resp.Header.Clone()
+		if path != "/dated" {
+			h.Del("Date") // the clock's
+		}
+		return answer{status: resp.StatusCode, proto: resp.Proto, header: h, body: string(body), close: resp.Close}
+	}
+	for path := range paths {
+		got, want := send(fast.addr, path), send(plain.addr, path)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s:\nhere     %+v\nnet/http %+v", path, got, want)
+		}
+	}
+}
+
+// The handler gets the request net/http would build from a head taken
+// here: the same fields, header and body. (Not the context's values:
+// net/http's carries its server and local address.)
+func TestHandlerSeesTheRequestNetHTTPWouldBuild(t *testing.T) {
+	saw := make(chan string, 1)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		saw <- fmt.Sprintf("%s %s %q proto %s %d.%d host %q length %d close %v uri %q te %v trailer %v tls %v remote %s\nheader %v\nbody %q %v",
+			r.Method, r.URL, r.URL.Path, r.Proto, r.ProtoMajor, r.ProtoMinor, r.Host, r.ContentLength, r.Close,
+			r.RequestURI, r.TransferEncoding, r.Trailer, r.TLS != nil, host, r.Header, body, err)
+		_, _ = io.WriteString(w, "{}")
+	})
+	fast := startServer(t, handler, echo("net/http"), map[string]bool{"/push": false})
+	plain := startServer(t, echo("fast"), handler, map[string]bool{})
+	for _, raw := range []string{
+		post("/push", `{"id":"1"}`),
+		post("/push", "", "Connection: close"),
+		"POST /push HTTP/1.1\r\nhost: Q.Example:80\r\ncontent-length: 2\r\nx-dup: a\r\nX-Dup:  b \r\nUser-Agent:\r\n" +
+			"Authorization: Bearer t\r\nConnection: keep-alive\r\n\r\n{}",
+		"POST /push HTTP/1.1\nHost: [::1]:9277\nContent-Length: 0\nAccept-Encoding: gzip\n\n",
+	} {
+		var got, want string
+		for _, side := range []struct {
+			addr string
+			into *string
+		}{{fast.addr, &got}, {plain.addr, &want}} {
+			c, br := dial(t, side.addr)
+			resp, _ := roundTrip(t, c, br, raw)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%q: status %d", raw, resp.StatusCode)
+			}
+			*side.into = <-saw
+		}
+		if got != want {
+			t.Errorf("%q:\nhere     %s\nnet/http %s", raw, got, want)
 		}
 	}
 }
