@@ -354,6 +354,16 @@ func (h *handler) methodNotAllowed(allowed string) http.HandlerFunc {
 	}
 }
 
+// root answers GET / with what the server serves, for whoever opens it in
+// a browser.
+func (h *handler) root(w http.ResponseWriter, r *http.Request) {
+	message := "delay-queue: the API is POST " + h.endpoints
+	if h.opts.UI != nil {
+		message += "; the dashboard is at /ui/"
+	}
+	succeed(w, r, message, nil)
+}
+
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
 	writeEnvelope(w, r, http.StatusNotFound, codeFailure,
 		fmt.Sprintf("unknown path %q: the endpoints are %s", r.URL.Path, h.endpoints), nil)

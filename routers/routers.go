@@ -222,6 +222,7 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 	h.endpoints = strings.Join(paths[:len(paths)-1], ", ") + " and " + paths[len(paths)-1]
 
 	routes := append(api,
+		route{method: http.MethodGet, path: "/", handle: h.root, access: accessOpen},
 		route{method: http.MethodGet, path: "/healthz", handle: h.healthz, access: accessOpen, quiet: true},
 		route{method: http.MethodGet, path: "/readyz", handle: h.readyz, access: accessOpen, quiet: true},
 	)
@@ -260,10 +261,14 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 				handle = h.requireToken(handle)
 			}
 		}
-		mux.HandleFunc(rt.method+" "+rt.path, h.named(rt, handle))
+		pattern := rt.path
+		if pattern == "/" {
+			pattern = "/{$}" // "/" alone; "/" would match every path
+		}
+		mux.HandleFunc(rt.method+" "+pattern, h.named(rt, handle))
 		// The method-less pattern is less specific, so it only catches the
 		// other methods; without it the mux would answer 405 in plain text.
-		mux.HandleFunc(rt.path, h.named(rt, h.methodNotAllowed(rt.method)))
+		mux.HandleFunc(pattern, h.named(rt, h.methodNotAllowed(rt.method)))
 	}
 	mux.HandleFunc("/", h.notFound)
 
