@@ -22,7 +22,7 @@ func TestRootNamesTheAPIAndTheDashboard(t *testing.T) {
 		{"with the dashboard", withUI, "GET", "/", 200, 0, "the dashboard is at /ui/", ""},
 		{"without it", testOptions(), "GET", "/", 200, 0, "POST /push, /pop", "/ui/"},
 		{"HEAD", withUI, "HEAD", "/", 200, -1, "", ""},
-		{"POST /", testOptions(), "POST", "/", 405, 1, "", ""},
+		{"POST /, as before", testOptions(), "POST", "/", 404, 1, "unknown path", ""},
 		{"a path below it", testOptions(), "GET", "/nothing-here", 404, 1, "unknown path", ""},
 	}
 	for _, c := range cases {

@@ -261,14 +261,16 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 				handle = h.requireToken(handle)
 			}
 		}
-		pattern := rt.path
-		if pattern == "/" {
-			pattern = "/{$}" // "/" alone; "/" would match every path
+		if rt.path == "/" {
+			// "/" alone ("/" would match every path); other methods on it
+			// are an unknown path, as they always were.
+			mux.HandleFunc(rt.method+" /{$}", h.named(rt, handle))
+			continue
 		}
-		mux.HandleFunc(rt.method+" "+pattern, h.named(rt, handle))
+		mux.HandleFunc(rt.method+" "+rt.path, h.named(rt, handle))
 		// The method-less pattern is less specific, so it only catches the
 		// other methods; without it the mux would answer 405 in plain text.
-		mux.HandleFunc(pattern, h.named(rt, h.methodNotAllowed(rt.method)))
+		mux.HandleFunc(rt.path, h.named(rt, h.methodNotAllowed(rt.method)))
 	}
 	mux.HandleFunc("/", h.notFound)
 
