@@ -97,7 +97,7 @@ type upcomingView struct {
 }
 
 // upcoming counts the jobs due per minute for the next minutes (default
-// 60), for the dashboard's chart. It costs a ZCOUNT per minute and bucket,
+// 60), for the dashboard's chart. It costs a ZLEXCOUNT per minute, partition and timer,
 // not a scan of the jobs.
 func (h *handler) upcoming(w http.ResponseWriter, r *http.Request) {
 	body, ok := h.readBody(w, r)
