@@ -78,23 +78,35 @@ func exchanges() []exchange {
 		}},
 		{"PushBatch in part", "push-batch-partial", func(ctx context.Context, c *client.Client) (any, error) { return c.PushBatch(ctx, batch) }},
 
-		{"Pop", "pop", func(ctx context.Context, c *client.Client) (any, error) { return c.Pop(ctx, []string{"mail", "sms"}, 1500*time.Millisecond) }},
+		{"Pop", "pop", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.Pop(ctx, []string{"mail", "sms"}, 1500*time.Millisecond)
+		}},
 		{"Pop escaped", "pop-escaped", func(ctx context.Context, c *client.Client) (any, error) { return c.Pop(ctx, []string{"mail"}, 0) }},
-		{"Pop empty", "pop-empty", func(ctx context.Context, c *client.Client) (any, error) { return c.Pop(ctx, []string{"mail"}, time.Second) }},
-		{"PopN", "pop-count", func(ctx context.Context, c *client.Client) (any, error) { return c.PopN(ctx, []string{"mail"}, 2, time.Second) }},
+		{"Pop empty", "pop-empty", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.Pop(ctx, []string{"mail"}, time.Second)
+		}},
+		{"PopN", "pop-count", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.PopN(ctx, []string{"mail"}, 2, time.Second)
+		}},
 		{"PopN empty", "pop-count-empty", func(ctx context.Context, c *client.Client) (any, error) { return c.PopN(ctx, []string{"mail"}, 2, 0) }},
 
 		{"Finish", "finish", one(func(ctx context.Context, c *client.Client) error { return c.Finish(ctx, "j1") })},
 		{"FinishDelivery", "finish", one(func(ctx context.Context, c *client.Client) error { return c.FinishDelivery(ctx, "j1", 2) })},
 		{"FinishDelivery without receipt", "finish", one(func(ctx context.Context, c *client.Client) error { return c.FinishDelivery(ctx, "j1", 0) })},
 		{"FinishIDs", "finish-ids", func(ctx context.Context, c *client.Client) (any, error) { return c.FinishIDs(ctx, []string{"a", "b"}) }},
-		{"FinishIDs dead", "finish-ids-dead", func(ctx context.Context, c *client.Client) (any, error) { return c.FinishIDs(ctx, []string{"a", "b", "c"}) }},
+		{"FinishIDs dead", "finish-ids-dead", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.FinishIDs(ctx, []string{"a", "b", "c"})
+		}},
 		{"FinishIDs in part", "finish-ids-partial", func(ctx context.Context, c *client.Client) (any, error) {
 			return c.FinishIDs(ctx, []string{"a", "b", "c", "d"})
 		}},
 		{"Delete", "delete", one(func(ctx context.Context, c *client.Client) error { return c.Delete(ctx, "j1") })},
-		{"DeleteIDs", "delete-ids", func(ctx context.Context, c *client.Client) (any, error) { return c.DeleteIDs(ctx, []string{"a", "b", "c"}) }},
-		{"DeleteIDs in part", "delete-ids-partial", func(ctx context.Context, c *client.Client) (any, error) { return c.DeleteIDs(ctx, []string{"a", "b", "c"}) }},
+		{"DeleteIDs", "delete-ids", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.DeleteIDs(ctx, []string{"a", "b", "c"})
+		}},
+		{"DeleteIDs in part", "delete-ids-partial", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.DeleteIDs(ctx, []string{"a", "b", "c"})
+		}},
 
 		{"Get unknown", "get-unknown", func(ctx context.Context, c *client.Client) (any, error) { return c.Get(ctx, "j1") }},
 		{"Get delay", "get-delay", func(ctx context.Context, c *client.Client) (any, error) { return c.Get(ctx, "j1") }},
@@ -103,7 +115,9 @@ func exchanges() []exchange {
 		{"Get dead", "get-dead", func(ctx context.Context, c *client.Client) (any, error) { return c.Get(ctx, "j1") }},
 		{"Get callback", "get-callback", func(ctx context.Context, c *client.Client) (any, error) { return c.Get(ctx, "j1") }},
 
-		{"Release", "release", func(ctx context.Context, c *client.Client) (any, error) { return c.Release(ctx, "j1", client.ReleaseOptions{}) }},
+		{"Release", "release", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.Release(ctx, "j1", client.ReleaseOptions{})
+		}},
 		{"Release with options", "release-dead", func(ctx context.Context, c *client.Client) (any, error) {
 			return c.Release(ctx, "j1", client.ReleaseOptions{Delay: new(1500 * time.Millisecond), Attempt: 2})
 		}},
@@ -125,7 +139,9 @@ func exchanges() []exchange {
 		{"DeadDelete", "dead-delete", func(ctx context.Context, c *client.Client) (any, error) { return c.DeadDelete(ctx, "mail", "x") }},
 		{"DeadDeleteAll", "dead-delete", func(ctx context.Context, c *client.Client) (any, error) { return c.DeadDeleteAll(ctx, "mail") }},
 
-		{"refused", "fail-not-found", func(ctx context.Context, c *client.Client) (any, error) { return c.Release(ctx, "j1", client.ReleaseOptions{}) }},
+		{"refused", "fail-not-found", func(ctx context.Context, c *client.Client) (any, error) {
+			return c.Release(ctx, "j1", client.ReleaseOptions{})
+		}},
 		{"unknown path", "fail-unknown-path", func(ctx context.Context, c *client.Client) (any, error) {
 			var data json.RawMessage
 			err := c.Call(ctx, "/nope", struct{}{}, &data)
