@@ -173,13 +173,13 @@ func TestLifecycleEndpoints(t *testing.T) {
 				{Topic: "batch", ID: "b3", TTR: time.Second},
 			}
 			results, err := c.PushBatch(ctx, jobs)
-			want := []client.PushResult{{"b1", client.PushCreated}, {"b2", client.PushCreated}, {"b3", client.PushCreated}}
+			want := []client.PushResult{{ID: "b1", Status: client.PushCreated}, {ID: "b2", Status: client.PushCreated}, {ID: "b3", Status: client.PushCreated}}
 			if err != nil || !slices.Equal(results, want) {
 				t.Fatalf("PushBatch = %+v, %v; want %+v", results, err, want)
 			}
 			again := []client.PushJob{{Topic: "batch", ID: "b1", TTR: time.Second}, {Topic: "batch", ID: "b2", TTR: time.Second, IfAbsent: true}}
 			results, err = c.PushBatch(ctx, again)
-			want = []client.PushResult{{"b1", client.PushReplaced}, {"b2", client.PushExists}}
+			want = []client.PushResult{{ID: "b1", Status: client.PushReplaced}, {ID: "b2", Status: client.PushExists}}
 			if err != nil || !slices.Equal(results, want) {
 				t.Fatalf("PushBatch again = %+v, %v; want %+v", results, err, want)
 			}
