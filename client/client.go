@@ -9,6 +9,10 @@
 // which is never a *APIError. A batch the server did only in part (some of
 // Redis unavailable) comes back as a *PartialBatchError, which wraps the
 // *APIError: use errors.As, not a type assertion.
+//
+// The JSON bodies are package wire's, the ones the server writes: the
+// types here that have no Go form of their own (durations, times) are
+// aliases of them.
 package client
 
 import (

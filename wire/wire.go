@@ -12,8 +12,10 @@
 // and [] are different answers), and clients of the original server rely
 // on them: change them only as a change of the API.
 //
-// The package imports only the standard library, so that a program using
-// the client does not pull in the server.
+// The package imports nothing of the server, only the standard library
+// (a test holds it to that), so that a program using the client does not
+// pull in the server, and the engine (package delayqueue) can take its
+// state names from here without depending on the HTTP layer.
 package wire
 
 // Envelope is the body of every answer: code 0 with the endpoint's data, or
