@@ -468,6 +468,19 @@ func TestErrors(t *testing.T) {
 			t.Fatalf("err = %v, want ErrUnexpectedAnswer", err)
 		}
 	})
+	t.Run("a JSON answer without a code is a transport error", func(t *testing.T) {
+		// Such as a proxy's own JSON error: read as an envelope, it would
+		// be a success with no data.
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"message":"upstream timed out","data":null}`)
+		}))
+		defer srv.Close()
+		err := client.New(srv.URL).Finish(ctx, "x")
+		var apiErr *client.APIError
+		if !errors.Is(err, client.ErrUnexpectedAnswer) || errors.As(err, &apiErr) {
+			t.Fatalf("err = %v, want ErrUnexpectedAnswer", err)
+		}
+	})
 	t.Run("401 envelope is an APIError", func(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusUnauthorized)
