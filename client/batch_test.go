@@ -84,7 +84,7 @@ func TestPartialBatchAnswers(t *testing.T) {
 		if failed := partial.Failed(); !slices.Equal(failed, []client.BatchResult{want[1], want[3]}) {
 			t.Errorf("Failed = %+v, want b and d", failed)
 		}
-		wantResults := []client.PushResult{{"a", client.PushCreated}, {"b", client.BatchFailed}, {"c", client.PushExists}, {"d", client.BatchFailed}}
+		wantResults := []client.PushResult{{ID: "a", Status: client.PushCreated}, {ID: "b", Status: client.BatchFailed}, {ID: "c", Status: client.PushExists}, {ID: "d", Status: client.BatchFailed}}
 		if !slices.Equal(results, wantResults) {
 			t.Errorf("results = %+v, want %+v", results, wantResults)
 		}
@@ -170,7 +170,7 @@ func TestPartialBatchAnswers(t *testing.T) {
 	t.Run("the happy path has no error", func(t *testing.T) {
 		srv, _ := recordingServer(t, `{"code":0,"message":"pushed 2 jobs","data":[{"id":"a","status":"created"},{"id":"b","status":"replaced"}]}`)
 		results, err := client.New(srv.URL).PushBatch(ctx, jobs("a", "b"))
-		if err != nil || !slices.Equal(results, []client.PushResult{{"a", client.PushCreated}, {"b", client.PushReplaced}}) {
+		if err != nil || !slices.Equal(results, []client.PushResult{{ID: "a", Status: client.PushCreated}, {ID: "b", Status: client.PushReplaced}}) {
 			t.Errorf("PushBatch = %+v, %v", results, err)
 		}
 	})

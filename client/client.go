@@ -9,6 +9,10 @@
 // which is never a *APIError. A batch the server did only in part (some of
 // Redis unavailable) comes back as a *PartialBatchError, which wraps the
 // *APIError: use errors.As, not a type assertion.
+//
+// The JSON bodies are package wire's, the ones the server writes: the
+// types here that have no Go form of their own (durations, times) are
+// aliases of them.
 package client
 
 import (
@@ -21,6 +25,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // DefaultRequestTimeout bounds every request when WithRequestTimeout is not
@@ -130,11 +136,11 @@ func (e *APIError) Error() string {
 // from a proxy.
 var ErrUnexpectedAnswer = errors.New("unexpected answer")
 
-// envelope is every answer's body.
+// envelope is every answer's body, with its code a pointer (shadowing the
+// embedded one): an answer without a code is not the server's.
 type envelope struct {
-	Code    *int            `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data"`
+	wire.Envelope[json.RawMessage]
+	Code *int `json:"code"`
 }
 
 // Call posts request (marshalled to JSON) to path and decodes the envelope's
@@ -180,7 +186,7 @@ func (c *Client) call(ctx context.Context, path string, request, data any, timeo
 	if err := json.Unmarshal(raw, &env); err != nil || env.Code == nil {
 		return fmt.Errorf("%s: %w: HTTP %d, %s", path, ErrUnexpectedAnswer, resp.StatusCode, preview(raw))
 	}
-	if *env.Code != 0 || resp.StatusCode != http.StatusOK {
+	if *env.Code != wire.CodeSuccess || resp.StatusCode != http.StatusOK {
 		apiErr := &APIError{Code: *env.Code, Message: env.Message, HTTPStatus: resp.StatusCode, Endpoint: path}
 		if len(env.Data) > 0 && string(env.Data) != "null" {
 			apiErr.Data = env.Data

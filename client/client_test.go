@@ -173,13 +173,13 @@ func TestLifecycleEndpoints(t *testing.T) {
 				{Topic: "batch", ID: "b3", TTR: time.Second},
 			}
 			results, err := c.PushBatch(ctx, jobs)
-			want := []client.PushResult{{"b1", client.PushCreated}, {"b2", client.PushCreated}, {"b3", client.PushCreated}}
+			want := []client.PushResult{{ID: "b1", Status: client.PushCreated}, {ID: "b2", Status: client.PushCreated}, {ID: "b3", Status: client.PushCreated}}
 			if err != nil || !slices.Equal(results, want) {
 				t.Fatalf("PushBatch = %+v, %v; want %+v", results, err, want)
 			}
 			again := []client.PushJob{{Topic: "batch", ID: "b1", TTR: time.Second}, {Topic: "batch", ID: "b2", TTR: time.Second, IfAbsent: true}}
 			results, err = c.PushBatch(ctx, again)
-			want = []client.PushResult{{"b1", client.PushReplaced}, {"b2", client.PushExists}}
+			want = []client.PushResult{{ID: "b1", Status: client.PushReplaced}, {ID: "b2", Status: client.PushExists}}
 			if err != nil || !slices.Equal(results, want) {
 				t.Fatalf("PushBatch again = %+v, %v; want %+v", results, err, want)
 			}
@@ -465,6 +465,19 @@ func TestErrors(t *testing.T) {
 		err := client.New(srv.URL).Finish(ctx, "x")
 		var apiErr *client.APIError
 		if !errors.Is(err, client.ErrUnexpectedAnswer) || errors.As(err, &apiErr) || !strings.Contains(err.Error(), "502") {
+			t.Fatalf("err = %v, want ErrUnexpectedAnswer", err)
+		}
+	})
+	t.Run("a JSON answer without a code is a transport error", func(t *testing.T) {
+		// Such as a proxy's own JSON error: read as an envelope, it would
+		// be a success with no data.
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"message":"upstream timed out","data":null}`)
+		}))
+		defer srv.Close()
+		err := client.New(srv.URL).Finish(ctx, "x")
+		var apiErr *client.APIError
+		if !errors.Is(err, client.ErrUnexpectedAnswer) || errors.As(err, &apiErr) {
 			t.Fatalf("err = %v, want ErrUnexpectedAnswer", err)
 		}
 	})

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // Push adds a job, or replaces the job with the same id (rescheduling it,
 // whatever its state). With job.IfAbsent, an existing job is left alone
 // and existed reports it; without, existed is always false.
 func (c *Client) Push(ctx context.Context, job PushJob) (existed bool, err error) {
-	var data *struct {
-		Exists bool `json:"exists"`
-	}
+	var data *wire.IfAbsentResult
 	if err := c.Call(ctx, "/push", job, &data); err != nil {
 		return false, err
 	}
@@ -29,10 +29,12 @@ func (c *Client) Push(ctx context.Context, job PushJob) (existed bool, err error
 // the results still list every job, the ones not stored with BatchFailed;
 // pushing the whole batch again is safe. The results are in input order.
 func (c *Client) PushBatch(ctx context.Context, jobs []PushJob) ([]PushResult, error) {
+	batch := wire.PushBatch{Jobs: make([]wire.PushJob, len(jobs))}
+	for i, job := range jobs {
+		batch.Jobs[i] = job.wireForm()
+	}
 	var results []PushResult
-	err := asPartialBatch(c.Call(ctx, "/push", struct {
-		Jobs []PushJob `json:"jobs"`
-	}{jobs}, &results))
+	err := asPartialBatch(c.Call(ctx, "/push", batch, &results))
 	var partial *PartialBatchError
 	if errors.As(err, &partial) {
 		results = make([]PushResult, len(partial.Results))
@@ -43,23 +45,16 @@ func (c *Client) PushBatch(ctx context.Context, jobs []PushJob) ([]PushResult, e
 	return results, err
 }
 
-// popRequest is the body of /pop.
-type popRequest struct {
-	Topic   string `json:"topic"`
-	Timeout int64  `json:"timeout"`
-	Count   int    `json:"count,omitempty"`
-}
-
 // newPopRequest joins the topics and turns hold into whole seconds,
 // rounded up so that a short hold still waits.
-func newPopRequest(topics []string, hold time.Duration, count int) (popRequest, error) {
+func newPopRequest(topics []string, hold time.Duration, count int) (wire.PopRequest, error) {
 	if len(topics) == 0 {
-		return popRequest{}, errors.New("/pop: no topic given")
+		return wire.PopRequest{}, errors.New("/pop: no topic given")
 	}
 	if hold < 0 {
 		hold = 0
 	}
-	return popRequest{Topic: strings.Join(topics, ","), Timeout: secondsUp(hold), Count: count}, nil
+	return wire.PopRequest{Topic: strings.Join(topics, ","), Timeout: secondsUp(hold), Count: count}, nil
 }
 
 // popTimeout is how long a pop holding for hold may take in all: the hold
@@ -115,18 +110,10 @@ func (c *Client) PopN(ctx context.Context, topics []string, count int, hold time
 	return jobs, nil
 }
 
-type idRequest struct {
-	ID string `json:"id"`
-}
-
-type idsRequest struct {
-	IDs []string `json:"ids"`
-}
-
 // Finish marks a delivered job done for good. An unknown id is not an
 // error; a dead-lettered job is (APIError "job is dead-lettered").
 func (c *Client) Finish(ctx context.Context, id string) error {
-	return c.Call(ctx, "/finish", idRequest{id}, nil)
+	return c.Call(ctx, "/finish", wire.IDRequest{ID: id}, nil)
 }
 
 // FinishDelivery finishes a job only while attempt (the delivery's
@@ -136,11 +123,7 @@ func (c *Client) Finish(ctx context.Context, id string) error {
 // error is an *APIError for which IsLeaseLost is true. An unknown id is
 // not an error, as for Finish; attempt 0 is Finish.
 func (c *Client) FinishDelivery(ctx context.Context, id string, attempt int) error {
-	req := struct {
-		ID      string `json:"id"`
-		Attempt int    `json:"attempt,omitempty"`
-	}{id, attempt}
-	return c.Call(ctx, "/finish", req, nil)
+	return c.Call(ctx, "/finish", wire.FinishRequest{ID: id, Attempt: attempt}, nil)
 }
 
 // FinishIDs finishes 1 to 1000 jobs. When some are dead-lettered, it
@@ -150,7 +133,7 @@ func (c *Client) FinishDelivery(ctx context.Context, id string, attempt int) err
 // counts what was done; finishing the same ids again is safe.
 func (c *Client) FinishIDs(ctx context.Context, ids []string) (FinishResult, error) {
 	var result FinishResult
-	err := asPartialBatch(c.Call(ctx, "/finish", idsRequest{ids}, &result))
+	err := asPartialBatch(c.Call(ctx, "/finish", wire.IDsRequest{IDs: ids}, &result))
 	var partial *PartialBatchError
 	var apiErr *APIError
 	switch {
@@ -172,7 +155,7 @@ func (c *Client) FinishIDs(ctx context.Context, ids []string) (FinishResult, err
 
 // Delete removes a job in any state. An unknown id is not an error.
 func (c *Client) Delete(ctx context.Context, id string) error {
-	return c.Call(ctx, "/delete", idRequest{id}, nil)
+	return c.Call(ctx, "/delete", wire.IDRequest{ID: id}, nil)
 }
 
 // DeleteIDs removes 1 to 1000 jobs and returns how many existed. When some
@@ -180,10 +163,8 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 // *PartialBatchError listing every id's status, and the count is of the
 // jobs deleted; deleting the same ids again is safe.
 func (c *Client) DeleteIDs(ctx context.Context, ids []string) (int, error) {
-	var data struct {
-		Deleted int `json:"deleted"`
-	}
-	err := asPartialBatch(c.Call(ctx, "/delete", idsRequest{ids}, &data))
+	var data wire.DeleteResult
+	err := asPartialBatch(c.Call(ctx, "/delete", wire.IDsRequest{IDs: ids}, &data))
 	var partial *PartialBatchError
 	if errors.As(err, &partial) {
 		for _, r := range partial.Results {
@@ -198,7 +179,7 @@ func (c *Client) DeleteIDs(ctx context.Context, ids []string) (int, error) {
 // Get returns a job's stored view, or (nil, nil) for an unknown id.
 func (c *Client) Get(ctx context.Context, id string) (*JobInfo, error) {
 	var info *JobInfo
-	if err := c.Call(ctx, "/get", idRequest{id}, &info); err != nil {
+	if err := c.Call(ctx, "/get", wire.IDRequest{ID: id}, &info); err != nil {
 		return nil, err
 	}
 	return info, nil
@@ -208,11 +189,7 @@ func (c *Client) Get(ctx context.Context, id string) (*JobInfo, error) {
 // job is due again after its retry schedule's next wait (or opts.Delay), or
 // dead-lettered when its attempts ran out.
 func (c *Client) Release(ctx context.Context, id string, opts ReleaseOptions) (ReleaseResult, error) {
-	req := struct {
-		ID      string `json:"id"`
-		Delay   *int64 `json:"delay,omitempty"`
-		Attempt int    `json:"attempt,omitempty"`
-	}{ID: id, Attempt: opts.Attempt}
+	req := wire.ReleaseRequest{ID: id, Attempt: opts.Attempt}
 	if opts.Delay != nil {
 		req.Delay = new(secondsUp(max(*opts.Delay, 0)))
 	}
@@ -225,15 +202,8 @@ func (c *Client) Release(ctx context.Context, id string, opts ReleaseOptions) (R
 // new end of the lease. attempt is the delivery's receipt (0 to leave it
 // out): the server refuses a touch of a later delivery.
 func (c *Client) Touch(ctx context.Context, id string, attempt int) (time.Time, error) {
-	req := struct {
-		ID      string `json:"id"`
-		Attempt int    `json:"attempt,omitempty"`
-	}{id, attempt}
-	var data struct {
-		LeaseUntil   int64 `json:"lease_until"`
-		LeaseUntilMS int64 `json:"lease_until_ms"`
-	}
-	if err := c.Call(ctx, "/touch", req, &data); err != nil {
+	var data wire.TouchResult
+	if err := c.Call(ctx, "/touch", wire.TouchRequest{ID: id, Attempt: attempt}, &data); err != nil {
 		return time.Time{}, err
 	}
 	return timeOf(data.LeaseUntil, data.LeaseUntilMS), nil
@@ -241,11 +211,8 @@ func (c *Client) Touch(ctx context.Context, id string, attempt int) (time.Time, 
 
 // Stats counts jobs per state for topic, or for every topic when topic is "".
 func (c *Client) Stats(ctx context.Context, topic string) (map[string]TopicStats, error) {
-	req := struct {
-		Topic string `json:"topic,omitempty"`
-	}{topic}
 	stats := map[string]TopicStats{}
-	if err := c.Call(ctx, "/stats", req, &stats); err != nil {
+	if err := c.Call(ctx, "/stats", wire.StatsRequest{Topic: topic}, &stats); err != nil {
 		return nil, err
 	}
 	return stats, nil
@@ -254,7 +221,7 @@ func (c *Client) Stats(ctx context.Context, topic string) (map[string]TopicStats
 // Topics lists the topics that have jobs, sorted.
 func (c *Client) Topics(ctx context.Context) ([]string, error) {
 	topics := []string{}
-	if err := c.Call(ctx, "/topics", struct{}{}, &topics); err != nil {
+	if err := c.Call(ctx, "/topics", wire.TopicsRequest{}, &topics); err != nil {
 		return nil, err
 	}
 	return topics, nil
@@ -263,38 +230,28 @@ func (c *Client) Topics(ctx context.Context) ([]string, error) {
 // DeadList returns a page of topic's dead letters, newest first. limit is
 // 1 to 1000 (0 means the server's default, 50).
 func (c *Client) DeadList(ctx context.Context, topic string, offset, limit int) (DeadPage, error) {
-	req := struct {
-		Topic  string `json:"topic"`
-		Offset int    `json:"offset,omitempty"`
-		Limit  int    `json:"limit,omitempty"`
-	}{topic, offset, limit}
-	page := DeadPage{Jobs: []DeadJob{}}
-	err := c.Call(ctx, "/dead/list", req, &page)
+	var page DeadPage
+	err := c.Call(ctx, "/dead/list", wire.DeadListRequest{Topic: topic, Offset: offset, Limit: limit}, &page)
+	if page.Jobs == nil {
+		page.Jobs = []DeadJob{}
+	}
 	return page, err
 }
 
 // DeadKick moves one dead-lettered job of topic back to ready, with its
 // attempts reset, and returns the ids kicked (none when id is not there).
 func (c *Client) DeadKick(ctx context.Context, topic, id string) ([]string, error) {
-	return c.deadKick(ctx, struct {
-		Topic string `json:"topic"`
-		ID    string `json:"id"`
-	}{topic, id})
+	return c.deadKick(ctx, wire.DeadKickRequest{Topic: topic, ID: id})
 }
 
 // DeadKickOldest moves the count (1 to 1000) oldest dead letters of topic
 // back to ready and returns their ids.
 func (c *Client) DeadKickOldest(ctx context.Context, topic string, count int) ([]string, error) {
-	return c.deadKick(ctx, struct {
-		Topic string `json:"topic"`
-		Count int    `json:"count"`
-	}{topic, count})
+	return c.deadKick(ctx, wire.DeadKickOldestRequest{Topic: topic, Count: count})
 }
 
 func (c *Client) deadKick(ctx context.Context, req any) ([]string, error) {
-	var data struct {
-		Kicked []string `json:"kicked"`
-	}
+	var data wire.KickResult
 	err := c.Call(ctx, "/dead/kick", req, &data)
 	if data.Kicked == nil {
 		data.Kicked = []string{}
@@ -305,24 +262,16 @@ func (c *Client) deadKick(ctx context.Context, req any) ([]string, error) {
 // DeadDelete removes one dead letter of topic and returns how many were
 // removed (0 or 1).
 func (c *Client) DeadDelete(ctx context.Context, topic, id string) (int, error) {
-	return c.deadDelete(ctx, struct {
-		Topic string `json:"topic"`
-		ID    string `json:"id"`
-	}{topic, id})
+	return c.deadDelete(ctx, wire.DeadDeleteRequest{Topic: topic, ID: id})
 }
 
 // DeadDeleteAll removes every dead letter of topic and returns how many.
 func (c *Client) DeadDeleteAll(ctx context.Context, topic string) (int, error) {
-	return c.deadDelete(ctx, struct {
-		Topic string `json:"topic"`
-		All   bool   `json:"all"`
-	}{topic, true})
+	return c.deadDelete(ctx, wire.DeadDeleteAllRequest{Topic: topic, All: true})
 }
 
 func (c *Client) deadDelete(ctx context.Context, req any) (int, error) {
-	var data struct {
-		Deleted int `json:"deleted"`
-	}
+	var data wire.DeleteResult
 	err := c.Call(ctx, "/dead/delete", req, &data)
 	return data.Deleted, err
 }

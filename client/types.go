@@ -4,31 +4,37 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/delay-queue/delay-queue/wire"
 )
+
+// The values below and the types declared as aliases are the API's, from
+// package wire, which the server writes its answers with: their names
+// here are the ones this package has always had.
 
 // Job states, as the server reports them in /get and /stats.
 const (
-	StateDelay    = "delay"
-	StateReady    = "ready"
-	StateReserved = "reserved"
-	StateDead     = "dead"
+	StateDelay    = wire.StateDelay
+	StateReady    = wire.StateReady
+	StateReserved = wire.StateReserved
+	StateDead     = wire.StateDead
 )
 
 // Statuses of a job in a batch push result.
 const (
-	PushCreated  = "created"
-	PushReplaced = "replaced"
-	PushExists   = "exists" // if_absent was set and the id existed: nothing changed
+	PushCreated  = wire.StatusCreated
+	PushReplaced = wire.StatusReplaced
+	PushExists   = wire.StatusExists // if_absent was set and the id existed: nothing changed
 )
 
 // Statuses of a job or id in a batch the server did only in part (see
 // PartialBatchError), besides PushCreated, PushReplaced, PushExists and,
 // for a dead-lettered job that /finish left alone, StateDead.
 const (
-	BatchFailed   = "failed"   // not handled: its part of Redis was unavailable
-	BatchFinished = "finished" // /finish with ids
-	BatchDeleted  = "deleted"  // /delete with ids
-	BatchUnknown  = "unknown"  // /finish or /delete with ids: no such job
+	BatchFailed   = wire.StatusFailed   // not handled: its part of Redis was unavailable
+	BatchFinished = wire.StatusFinished // /finish with ids
+	BatchDeleted  = wire.StatusDeleted  // /delete with ids
+	BatchUnknown  = wire.StatusUnknown  // /finish or /delete with ids: no such job
 )
 
 // PushJob is a job to push. Its JSON form is the API's: durations travel as
@@ -55,22 +61,14 @@ type PushJob struct {
 	IfAbsent bool
 }
 
-// pushJobWire is PushJob on the wire.
-type pushJobWire struct {
-	Topic       string  `json:"topic"`
-	ID          string  `json:"id"`
-	Delay       *int64  `json:"delay,omitempty"`
-	DelayMS     *int64  `json:"delay_ms,omitempty"`
-	TTR         int64   `json:"ttr"`
-	Body        string  `json:"body"`
-	Retry       []int64 `json:"retry,omitempty"`
-	MaxAttempts int     `json:"max_attempts,omitempty"`
-	IfAbsent    bool    `json:"if_absent,omitempty"`
-}
-
 // MarshalJSON writes the job as the API's /push object.
 func (j PushJob) MarshalJSON() ([]byte, error) {
-	w := pushJobWire{
+	return json.Marshal(j.wireForm())
+}
+
+// wireForm is the job as the API's /push object.
+func (j PushJob) wireForm() wire.PushJob {
+	w := wire.PushJob{
 		Topic:       j.Topic,
 		ID:          j.ID,
 		TTR:         secondsUp(j.TTR),
@@ -86,8 +84,12 @@ func (j PushJob) MarshalJSON() ([]byte, error) {
 	for _, wait := range j.Retry {
 		w.Retry = append(w.Retry, secondsUp(wait))
 	}
-	return json.Marshal(w)
+	return w
 }
+
+// pushJobWire is wire.PushJob under the name this package's decoding
+// errors have always given it ("Go struct field pushJobWire.delay").
+type pushJobWire wire.PushJob
 
 // UnmarshalJSON reads an API /push object, such as a line of a JSON-lines
 // file: "delay" in seconds or "delay_ms" (which wins), "ttr" and "retry" in
@@ -117,20 +119,14 @@ func (j *PushJob) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// PushResult is the outcome of one job of a batch push.
-type PushResult struct {
-	ID string `json:"id"`
-	// Status is PushCreated, PushReplaced or PushExists; BatchFailed too
-	// when PushBatch also returns a *PartialBatchError.
-	Status string `json:"status"`
-}
+// PushResult is the outcome of one job of a batch push. Status is
+// PushCreated, PushReplaced or PushExists; BatchFailed too when PushBatch
+// also returns a *PartialBatchError.
+type PushResult = wire.PushResult
 
-// InvalidJob names a job of a rejected batch push and what is wrong with it.
-type InvalidJob struct {
-	Index   int    `json:"index"` // position in the batch, from 0
-	ID      string `json:"id"`
-	Message string `json:"message"`
-}
+// InvalidJob names a job of a rejected batch push (its position in the
+// batch, from 0, and its id) and what is wrong with it.
+type InvalidJob = wire.InvalidJob
 
 // InvalidJobs returns the bad jobs listed by a batch push the server
 // rejected, or nil when err is not such a rejection. Nothing of a rejected
@@ -153,20 +149,13 @@ func InvalidJobs(err error) []InvalidJob {
 }
 
 // BatchResult is one job's or id's outcome in a batch the server did only
-// in part.
-type BatchResult struct {
-	// Index is the job's position in the batch, from 0. For /finish and
-	// /delete it counts the distinct ids, in the order first given: the
-	// position in ids when no id repeats.
-	Index int    `json:"index"`
-	ID    string `json:"id"`
-	// Status is PushCreated, PushReplaced or PushExists for a push;
-	// BatchFinished, BatchDeleted, BatchUnknown or StateDead for /finish
-	// and /delete; BatchFailed when the job or id was not handled.
-	Status string `json:"status"`
-	// Message says why, for BatchFailed.
-	Message string `json:"message,omitempty"`
-}
+// in part. Index is the job's position in the batch, from 0; for /finish
+// and /delete it counts the distinct ids, in the order first given (the
+// position in ids when no id repeats). Status is PushCreated, PushReplaced
+// or PushExists for a push; BatchFinished, BatchDeleted, BatchUnknown or
+// StateDead for /finish and /delete; BatchFailed, with Message saying why,
+// when the job or id was not handled.
+type BatchResult = wire.BatchResult
 
 // PartialBatchError is returned when the server handled only part of a
 // batch push, or of a /finish or /delete with ids: the batch spans
@@ -206,13 +195,12 @@ func (e *PartialBatchError) Failed() []BatchResult {
 }
 
 // batchEntry is an element of the data of a failed batch: a rejected push
-// lists its bad jobs with a message each; a batch done in part lists every
-// job or id with its status.
+// lists its bad jobs with a message each (wire.InvalidJob); a batch done in
+// part lists every job or id with its status (wire.BatchResult). Status, a
+// pointer here, tells the two apart: it shadows the embedded one.
 type batchEntry struct {
-	Index   int     `json:"index"`
-	ID      string  `json:"id"`
-	Status  *string `json:"status"`
-	Message string  `json:"message"`
+	wire.BatchResult
+	Status *string `json:"status"`
 }
 
 // decodeBatchEntries reads data as a non-empty list of batch entries, all
@@ -264,22 +252,14 @@ type Job struct {
 	Attempts int
 }
 
-type jobWire struct {
-	ID       string `json:"id"`
-	Body     string `json:"body"`
-	Topic    string `json:"topic"`
-	TTR      int64  `json:"ttr"`
-	Attempts int    `json:"attempts"`
-}
-
 // MarshalJSON writes the job as /pop answers it (ttr in seconds).
 func (j Job) MarshalJSON() ([]byte, error) {
-	return json.Marshal(jobWire{ID: j.ID, Body: j.Body, Topic: j.Topic, TTR: secondsUp(j.TTR), Attempts: j.Attempts})
+	return json.Marshal(wire.Delivery{ID: j.ID, Body: j.Body, Topic: j.Topic, TTR: secondsUp(j.TTR), Attempts: j.Attempts})
 }
 
 // UnmarshalJSON reads a job as /pop answers it.
 func (j *Job) UnmarshalJSON(data []byte) error {
-	var w jobWire
+	var w wire.Delivery
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
@@ -314,31 +294,19 @@ type JobInfo struct {
 	DeadAt     time.Time
 }
 
-type jobInfoWire struct {
-	Topic        string  `json:"topic"`
-	ID           string  `json:"id"`
-	Delay        int64   `json:"delay"`
-	TTR          int64   `json:"ttr"`
-	Body         string  `json:"body"`
-	DelayMS      int64   `json:"delay_ms"`
-	State        string  `json:"state"`
-	Attempts     int     `json:"attempts"`
-	CreatedAt    int64   `json:"created_at"`
-	CreatedAtMS  int64   `json:"created_at_ms"`
-	MaxAttempts  int     `json:"max_attempts"`
-	Retry        []int64 `json:"retry"`
-	LeaseUntil   int64   `json:"lease_until,omitempty"`
-	LeaseUntilMS int64   `json:"lease_until_ms,omitempty"`
-	DeadReason   string  `json:"dead_reason,omitempty"`
-	DeadAt       int64   `json:"dead_at,omitempty"`
-	DeadAtMS     int64   `json:"dead_at_ms,omitempty"`
-
+// jobInfoOut is what JobInfo.MarshalJSON writes: /get's fields, with
+// attempts_limit last, where this package has always written it (dqctl
+// prints it; the server writes it after retry). It shadows the embedded
+// field of the same name.
+type jobInfoOut struct {
+	wire.JobInfo
 	AttemptsLimit int `json:"attempts_limit"`
 }
 
-// MarshalJSON writes the job as /get answers it.
+// MarshalJSON writes the job with /get's fields. The client does not keep
+// a webhook job's callback, so it is left out.
 func (j JobInfo) MarshalJSON() ([]byte, error) {
-	w := jobInfoWire{
+	w := wire.JobInfo{
 		Topic:       j.Topic,
 		ID:          j.ID,
 		TTR:         secondsUp(j.TTR),
@@ -346,41 +314,40 @@ func (j JobInfo) MarshalJSON() ([]byte, error) {
 		State:       j.State,
 		Attempts:    j.Attempts,
 		MaxAttempts: j.MaxAttempts,
-		Retry:       []int64{},
+		Retry:       []int{},
 		DeadReason:  j.DeadReason,
 	}
-	w.AttemptsLimit = j.AttemptsLimit
 	w.Delay, w.DelayMS = unixPair(j.Due)
 	w.CreatedAt, w.CreatedAtMS = unixPair(j.CreatedAt)
-	w.LeaseUntil, w.LeaseUntilMS = unixPair(j.LeaseUntil)
-	w.DeadAt, w.DeadAtMS = unixPair(j.DeadAt)
+	w.LeaseUntil, w.LeaseUntilMS = unixPairOrNil(j.LeaseUntil)
+	w.DeadAt, w.DeadAtMS = unixPairOrNil(j.DeadAt)
 	for _, wait := range j.Retry {
-		w.Retry = append(w.Retry, secondsUp(wait))
+		w.Retry = append(w.Retry, int(secondsUp(wait)))
 	}
-	return json.Marshal(w)
+	return json.Marshal(jobInfoOut{JobInfo: w, AttemptsLimit: j.AttemptsLimit})
 }
 
 // UnmarshalJSON reads a job as /get answers it.
 func (j *JobInfo) UnmarshalJSON(data []byte) error {
-	var w jobInfoWire
+	var w wire.JobInfo
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
 	*j = JobInfo{
-		Topic:       w.Topic,
-		ID:          w.ID,
-		Body:        w.Body,
-		TTR:         time.Duration(w.TTR) * time.Second,
-		Due:         timeOf(w.Delay, w.DelayMS),
-		State:       w.State,
-		Attempts:    w.Attempts,
-		CreatedAt:   timeOf(w.CreatedAt, w.CreatedAtMS),
-		MaxAttempts: w.MaxAttempts,
-		LeaseUntil:  timeOf(w.LeaseUntil, w.LeaseUntilMS),
-		DeadReason:  w.DeadReason,
-		DeadAt:      timeOf(w.DeadAt, w.DeadAtMS),
+		Topic:         w.Topic,
+		ID:            w.ID,
+		Body:          w.Body,
+		TTR:           time.Duration(w.TTR) * time.Second,
+		Due:           timeOf(w.Delay, w.DelayMS),
+		State:         w.State,
+		Attempts:      w.Attempts,
+		CreatedAt:     timeOf(w.CreatedAt, w.CreatedAtMS),
+		MaxAttempts:   w.MaxAttempts,
+		AttemptsLimit: w.AttemptsLimit,
+		LeaseUntil:    timeOf(valueOf(w.LeaseUntil), valueOf(w.LeaseUntilMS)),
+		DeadReason:    w.DeadReason,
+		DeadAt:        timeOf(valueOf(w.DeadAt), valueOf(w.DeadAtMS)),
 	}
-	j.AttemptsLimit = w.AttemptsLimit
 	for _, wait := range w.Retry {
 		j.Retry = append(j.Retry, time.Duration(wait)*time.Second)
 	}
@@ -406,22 +373,16 @@ type ReleaseResult struct {
 	Due time.Time
 }
 
-type releaseResultWire struct {
-	State string `json:"state"`
-	Due   int64  `json:"due"`
-	DueMS int64  `json:"due_ms"`
-}
-
 // MarshalJSON writes the result as /release answers it.
 func (r ReleaseResult) MarshalJSON() ([]byte, error) {
-	w := releaseResultWire{State: r.State}
+	w := wire.ReleaseResult{State: r.State}
 	w.Due, w.DueMS = unixPair(r.Due)
 	return json.Marshal(w)
 }
 
 // UnmarshalJSON reads the result as /release answers it.
 func (r *ReleaseResult) UnmarshalJSON(data []byte) error {
-	var w releaseResultWire
+	var w wire.ReleaseResult
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
@@ -431,18 +392,10 @@ func (r *ReleaseResult) UnmarshalJSON(data []byte) error {
 
 // FinishResult is the outcome of a batch finish. Dead lists the ids the
 // server refused because they are dead-lettered; the others are finished.
-type FinishResult struct {
-	Finished int      `json:"finished"`
-	Dead     []string `json:"dead"`
-}
+type FinishResult = wire.FinishResult
 
 // TopicStats counts a topic's jobs in each state.
-type TopicStats struct {
-	Delay    int64 `json:"delay"`
-	Ready    int64 `json:"ready"`
-	Reserved int64 `json:"reserved"`
-	Dead     int64 `json:"dead"`
-}
+type TopicStats = wire.TopicStats
 
 // DeadJob is a dead-lettered job, as /dead/list answers it.
 type DeadJob struct {
@@ -455,41 +408,67 @@ type DeadJob struct {
 	CreatedAt time.Time
 }
 
-type deadJobWire struct {
-	ID          string `json:"id"`
-	Topic       string `json:"topic"`
-	Body        string `json:"body"`
-	Attempts    int    `json:"attempts"`
-	Reason      string `json:"reason"`
-	DeadAt      int64  `json:"dead_at"`
-	DeadAtMS    int64  `json:"dead_at_ms"`
-	CreatedAt   int64  `json:"created_at"`
-	CreatedAtMS int64  `json:"created_at_ms"`
-}
-
 // MarshalJSON writes the job as /dead/list answers it.
 func (d DeadJob) MarshalJSON() ([]byte, error) {
-	w := deadJobWire{ID: d.ID, Topic: d.Topic, Body: d.Body, Attempts: d.Attempts, Reason: d.Reason}
+	return json.Marshal(d.wireForm())
+}
+
+// wireForm is the job as /dead/list answers it (without a webhook job's
+// last call, which the client does not keep).
+func (d DeadJob) wireForm() wire.DeadJob {
+	w := wire.DeadJob{ID: d.ID, Topic: d.Topic, Body: d.Body, Attempts: d.Attempts, Reason: d.Reason}
 	w.DeadAt, w.DeadAtMS = unixPair(d.DeadAt)
 	w.CreatedAt, w.CreatedAtMS = unixPair(d.CreatedAt)
-	return json.Marshal(w)
+	return w
 }
 
 // UnmarshalJSON reads a job as /dead/list answers it.
 func (d *DeadJob) UnmarshalJSON(data []byte) error {
-	var w deadJobWire
+	var w wire.DeadJob
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*d = DeadJob{ID: w.ID, Topic: w.Topic, Body: w.Body, Attempts: w.Attempts, Reason: w.Reason,
-		DeadAt: timeOf(w.DeadAt, w.DeadAtMS), CreatedAt: timeOf(w.CreatedAt, w.CreatedAtMS)}
+	*d = newDeadJob(w)
 	return nil
+}
+
+func newDeadJob(w wire.DeadJob) DeadJob {
+	return DeadJob{ID: w.ID, Topic: w.Topic, Body: w.Body, Attempts: w.Attempts, Reason: w.Reason,
+		DeadAt: timeOf(w.DeadAt, w.DeadAtMS), CreatedAt: timeOf(w.CreatedAt, w.CreatedAtMS)}
 }
 
 // DeadPage is one page of a topic's dead letters, newest first.
 type DeadPage struct {
-	Total int       `json:"total"` // dead letters of the topic, all pages
-	Jobs  []DeadJob `json:"jobs"`
+	Total int // dead letters of the topic, all pages
+	Jobs  []DeadJob
+}
+
+// MarshalJSON writes the page as /dead/list answers it.
+func (p DeadPage) MarshalJSON() ([]byte, error) {
+	w := wire.DeadPage{Total: p.Total}
+	if p.Jobs != nil {
+		w.Jobs = make([]wire.DeadJob, len(p.Jobs))
+		for i, d := range p.Jobs {
+			w.Jobs[i] = d.wireForm()
+		}
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads the page as /dead/list answers it.
+func (p *DeadPage) UnmarshalJSON(data []byte) error {
+	var w wire.DeadPage
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*p = DeadPage{Total: w.Total}
+	if w.Jobs != nil {
+		p.Jobs = make([]DeadJob, len(w.Jobs))
+		for i, d := range w.Jobs {
+			p.Jobs[i] = newDeadJob(d)
+		}
+	}
+	return nil
 }
 
 // secondsUp converts d to whole seconds, rounding a positive fraction up.
@@ -528,4 +507,21 @@ func unixPair(t time.Time) (seconds, millis int64) {
 		return 0, 0
 	}
 	return t.Unix(), t.UnixMilli()
+}
+
+// unixPairOrNil is unixPair for the times an answer leaves out when
+// unknown.
+func unixPairOrNil(t time.Time) (seconds, millis *int64) {
+	if t.IsZero() {
+		return nil, nil
+	}
+	return new(t.Unix()), new(t.UnixMilli())
+}
+
+// valueOf is the time *p, 0 (unknown) when the answer left it out.
+func valueOf(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

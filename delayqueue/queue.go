@@ -10,14 +10,18 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
-// Job states, as stored in Redis and reported by Get.
+// Job states, as stored in Redis and reported by Get. They are the API's
+// words (package wire), which the HTTP layer passes on as they are; the
+// scripts store the same words (scripts/lib.lua), so a change of one is a
+// change of the API and of the Redis layout.
 const (
-	StateDelay    = "delay"
-	StateReady    = "ready"
-	StateReserved = "reserved"
-	StateDead     = "dead"
+	StateDelay    = wire.StateDelay
+	StateReady    = wire.StateReady
+	StateReserved = wire.StateReserved
+	StateDead     = wire.StateDead
 )
 
 // Dead-letter reasons.

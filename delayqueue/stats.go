@@ -13,12 +13,13 @@ import (
 
 // TopicStats counts a topic's jobs in each state. The counters are kept by
 // the same scripts that change the states, so reading them costs
-// O(topics), not a scan of the jobs.
+// O(topics), not a scan of the jobs. /stats answers them as
+// wire.TopicStats.
 type TopicStats struct {
-	Delay    int64 `json:"delay"`
-	Ready    int64 `json:"ready"`
-	Reserved int64 `json:"reserved"`
-	Dead     int64 `json:"dead"`
+	Delay    int64
+	Ready    int64
+	Reserved int64
+	Dead     int64
 }
 
 func (s *TopicStats) add(o TopicStats) {

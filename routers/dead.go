@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // Paging of /dead/list.
@@ -134,34 +135,6 @@ func decodeDeadDelete(body []byte) (deadDeleteRequest, error) {
 	return req, nil
 }
 
-// deadJobView is one dead letter in /dead/list.
-type deadJobView struct {
-	ID          string `json:"id"`
-	Topic       string `json:"topic"`
-	Body        string `json:"body"`
-	Attempts    int    `json:"attempts"`
-	Reason      string `json:"reason"`
-	DeadAt      int64  `json:"dead_at"`
-	DeadAtMS    int64  `json:"dead_at_ms"`
-	CreatedAt   int64  `json:"created_at"`
-	CreatedAtMS int64  `json:"created_at_ms"`
-	// For webhook jobs: the last failed call (see /get).
-	LastStatus   *int   `json:"last_status,omitempty"`
-	LastError    string `json:"last_error,omitempty"`
-	LastResponse string `json:"last_response,omitempty"`
-}
-
-// deadListView is the data of /dead/list.
-type deadListView struct {
-	Total int           `json:"total"`
-	Jobs  []deadJobView `json:"jobs"`
-}
-
-// kickView is the data of /dead/kick.
-type kickView struct {
-	Kicked []string `json:"kicked"`
-}
-
 // deadList pages through a topic's dead letters, newest first.
 func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 	body, ok := h.readBody(w, r)
@@ -179,9 +152,9 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 		h.failQueue(w, r, "dead list", err)
 		return
 	}
-	view := deadListView{Total: total, Jobs: make([]deadJobView, 0, len(jobs))}
+	page := wire.DeadPage{Total: total, Jobs: make([]wire.DeadJob, 0, len(jobs))}
 	for _, job := range jobs {
-		dead := deadJobView{
+		dead := wire.DeadJob{
 			ID:          job.ID,
 			Topic:       job.Topic,
 			Body:        job.Body,
@@ -193,12 +166,12 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 			CreatedAtMS: unixMillis(job.CreatedAt),
 		}
 		if job.Callback != nil {
-			callView := newJobView(&job)
-			dead.LastStatus, dead.LastError, dead.LastResponse = callView.LastStatus, callView.LastError, callView.LastResponse
+			call := newJobInfo(&job)
+			dead.LastStatus, dead.LastError, dead.LastResponse = call.LastStatus, call.LastError, call.LastResponse
 		}
-		view.Jobs = append(view.Jobs, dead)
+		page.Jobs = append(page.Jobs, dead)
 	}
-	succeed(w, r, "ok", view)
+	succeed(w, r, "ok", page)
 }
 
 // deadKick sends dead letters back to ready, with their attempts reset.
@@ -221,7 +194,7 @@ func (h *handler) deadKick(w http.ResponseWriter, r *http.Request) {
 	if kicked == nil {
 		kicked = []string{}
 	}
-	succeed(w, r, fmt.Sprintf("kicked %d", len(kicked)), kickView{Kicked: kicked})
+	succeed(w, r, fmt.Sprintf("kicked %d", len(kicked)), wire.KickResult{Kicked: kicked})
 }
 
 // deadDelete deletes one dead letter of a topic, or all of them.
@@ -241,5 +214,5 @@ func (h *handler) deadDelete(w http.ResponseWriter, r *http.Request) {
 		h.failQueue(w, r, "dead delete", err)
 		return
 	}
-	succeed(w, r, "deleted", deleteView{Deleted: deleted})
+	succeed(w, r, "deleted", wire.DeleteResult{Deleted: deleted})
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // bodyBufferStart is the most a request body's buffer starts with: it
@@ -61,7 +63,7 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 			failRequest(w, r, err)
 		case timed && errors.Is(err, os.ErrDeadlineExceeded):
 			seconds := strconv.FormatFloat(h.opts.ReadBodyTimeout.Seconds(), 'f', -1, 64)
-			writeEnvelope(w, r, http.StatusRequestTimeout, codeFailure, fmt.Sprintf(msgBodyTimeout, seconds), nil)
+			writeEnvelope(w, r, http.StatusRequestTimeout, wire.CodeFailure, fmt.Sprintf(msgBodyTimeout, seconds), nil)
 		default:
 			failRequest(w, r, fmt.Errorf("could not read the request body: %w", err))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // The real engine satisfies the interface the HTTP layer needs.
@@ -91,41 +92,17 @@ func mustSucceed(t *testing.T, url, path, body string) response {
 	return got
 }
 
-// e2eDelivery and e2eJob mirror the documented data shapes; decodeExactly
-// fails on missing or extra fields.
-type e2eDelivery struct {
-	ID       string `json:"id"`
-	Body     string `json:"body"`
-	Topic    string `json:"topic"`
-	TTR      int64  `json:"ttr"`
-	Attempts int    `json:"attempts"`
+// orZero is a time an answer may leave out, 0 when it does.
+func orZero(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
-type e2eJob struct {
-	Topic        string `json:"topic"`
-	ID           string `json:"id"`
-	Delay        int64  `json:"delay"`
-	TTR          int64  `json:"ttr"`
-	Body         string `json:"body"`
-	DelayMS      int64  `json:"delay_ms"`
-	State        string `json:"state"`
-	Attempts     int    `json:"attempts"`
-	CreatedAt    int64  `json:"created_at"`
-	CreatedAtMS  int64  `json:"created_at_ms"`
-	MaxAttempts  int    `json:"max_attempts"`
-	Retry        []int  `json:"retry"`
-	LeaseUntil   int64  `json:"lease_until,omitempty"`
-	LeaseUntilMS int64  `json:"lease_until_ms,omitempty"`
-	DeadReason   string `json:"dead_reason,omitempty"`
-	DeadAt       int64  `json:"dead_at,omitempty"`
-	DeadAtMS     int64  `json:"dead_at_ms,omitempty"`
-
-	AttemptsLimit int `json:"attempts_limit"`
-}
-
-// decodeExactly decodes data into v, failing on fields v does not have and
-// on missing fields, except those tagged omitempty (which the server leaves
-// out in some states).
+// decodeExactly decodes data into v, a type of package wire, failing on
+// fields v does not have and on missing fields, except those tagged
+// omitempty (which the server leaves out in some states).
 func decodeExactly(t *testing.T, data json.RawMessage, v any) {
 	t.Helper()
 	var members map[string]json.RawMessage
@@ -154,25 +131,25 @@ func decodeExactly(t *testing.T, data json.RawMessage, v any) {
 	}
 }
 
-func popJob(t *testing.T, url, body string) *e2eDelivery {
+func popJob(t *testing.T, url, body string) *wire.Delivery {
 	t.Helper()
 	got := mustSucceed(t, url, "/pop", body)
 	if string(got.data) == "null" {
 		return nil
 	}
-	var d e2eDelivery
+	var d wire.Delivery
 	decodeExactly(t, got.data, &d)
 	return &d
 }
 
-func getJob(t *testing.T, url, id string) *e2eJob {
+func getJob(t *testing.T, url, id string) *wire.JobInfo {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"id": id})
 	got := mustSucceed(t, url, "/get", string(body))
 	if string(got.data) == "null" {
 		return nil
 	}
-	var j e2eJob
+	var j wire.JobInfo
 	decodeExactly(t, got.data, &j)
 	return &j
 }
@@ -207,7 +184,7 @@ func TestEndToEnd(t *testing.T) {
 				}
 
 				d := popJob(t, url, `{"topic":"other, mail","timeout":5}`)
-				if want := (&e2eDelivery{ID: "a1", Body: body, Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
+				if want := (&wire.Delivery{ID: "a1", Body: body, Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
 					t.Fatalf("pop: %+v, want %+v", d, want)
 				}
 				if job := getJob(t, url, "a1"); job == nil || job.State != delayqueue.StateReserved || job.Attempts != 1 {
@@ -274,7 +251,7 @@ func TestEndToEnd(t *testing.T) {
 					t.Fatalf("re-push answered %s", got.raw)
 				}
 				d = popJob(t, url, `{"topic":"mail","timeout":5}`)
-				if want := (&e2eDelivery{ID: "re", Body: "new", Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
+				if want := (&wire.Delivery{ID: "re", Body: "new", Topic: "mail", TTR: 30, Attempts: 1}); !reflect.DeepEqual(d, want) {
 					t.Fatalf("pop after re-push: %+v, want %+v", d, want)
 				}
 				mustSucceed(t, url, "/finish", `{"id":"re"}`)
@@ -362,35 +339,6 @@ func checkRedisGone(t *testing.T, url string) {
 	}
 }
 
-// Data shapes of the lifecycle endpoints, for decodeExactly.
-type e2eRelease struct {
-	State string `json:"state"`
-	Due   int64  `json:"due"`
-	DueMS int64  `json:"due_ms"`
-}
-
-type e2eTouch struct {
-	LeaseUntil   int64 `json:"lease_until"`
-	LeaseUntilMS int64 `json:"lease_until_ms"`
-}
-
-type e2eDeadJob struct {
-	ID          string `json:"id"`
-	Topic       string `json:"topic"`
-	Body        string `json:"body"`
-	Attempts    int    `json:"attempts"`
-	Reason      string `json:"reason"`
-	DeadAt      int64  `json:"dead_at"`
-	DeadAtMS    int64  `json:"dead_at_ms"`
-	CreatedAt   int64  `json:"created_at"`
-	CreatedAtMS int64  `json:"created_at_ms"`
-}
-
-type e2eDeadList struct {
-	Total int          `json:"total"`
-	Jobs  []e2eDeadJob `json:"jobs"`
-}
-
 // mustFail sends a request that must get code 1 with message want.
 func mustFail(t *testing.T, url, path, body, want string) response {
 	t.Helper()
@@ -411,7 +359,7 @@ func decodeData(t *testing.T, got response, v any) {
 
 // popUntil pops from topic until a job arrives or the deadline passes;
 // each pop holds up to a second, so the loop does not spin.
-func popUntil(t *testing.T, url, topic string, deadline time.Duration) *e2eDelivery {
+func popUntil(t *testing.T, url, topic string, deadline time.Duration) *wire.Delivery {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"topic": topic, "timeout": 1})
 	for end := time.Now().Add(deadline); time.Now().Before(end); {
@@ -455,20 +403,20 @@ func e2eRetryToDead(t *testing.T, url string) {
 		t.Fatalf("first delivery %+v", d)
 	}
 	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateReserved || job.Attempts != 1 ||
-		job.LeaseUntilMS == 0 || job.LeaseUntil != job.LeaseUntilMS/1000 {
+		orZero(job.LeaseUntilMS) == 0 || orZero(job.LeaseUntil) != orZero(job.LeaseUntilMS)/1000 {
 		t.Fatalf("get while reserved: %+v", job)
 	}
 
 	releasedAt := time.Now()
 	got := mustSucceed(t, url, "/release", `{"id":"L1","attempt":1}`)
-	var released e2eRelease
+	var released wire.ReleaseResult
 	decodeExactly(t, got.data, &released)
 	// The schedule's wait: one second after the release.
 	if released.State != delayqueue.StateDelay || released.Due != released.DueMS/1000 ||
 		released.DueMS < releasedAt.Add(900*time.Millisecond).UnixMilli() || released.DueMS > time.Now().Add(1100*time.Millisecond).UnixMilli() {
 		t.Fatalf("release 1: %s (released at %d ms)", got.raw, releasedAt.UnixMilli())
 	}
-	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateDelay || job.Attempts != 1 || job.LeaseUntilMS != 0 {
+	if job := getJob(t, url, "L1"); job == nil || job.State != delayqueue.StateDelay || job.Attempts != 1 || job.LeaseUntilMS != nil {
 		t.Fatalf("get after release: %+v", job)
 	}
 
@@ -487,21 +435,27 @@ func e2eRetryToDead(t *testing.T, url string) {
 	}
 	job := getJob(t, url, "L1")
 	if job == nil || job.State != delayqueue.StateDead || job.Attempts != 2 || job.DeadReason != delayqueue.ReasonReleased ||
-		job.DeadAtMS == 0 || job.DeadAt != job.DeadAtMS/1000 || job.LeaseUntilMS != 0 {
+		orZero(job.DeadAtMS) == 0 || orZero(job.DeadAt) != orZero(job.DeadAtMS)/1000 || job.LeaseUntilMS != nil {
 		t.Fatalf("get of the dead job: %+v", job)
 	}
 
 	got = mustSucceed(t, url, "/dead/list", `{"topic":"life"}`)
-	var list e2eDeadList
+	var list wire.DeadPage
 	decodeData(t, got, &list)
 	if list.Total != 1 || len(list.Jobs) != 1 {
 		t.Fatalf("dead list: %s", got.raw)
 	}
-	var dead e2eDeadJob
-	raw, _ := json.Marshal(list.Jobs[0])
-	decodeExactly(t, raw, &dead)
-	if want := (e2eDeadJob{ID: "L1", Topic: "life", Body: "work", Attempts: 2, Reason: delayqueue.ReasonReleased,
-		DeadAt: job.DeadAt, DeadAtMS: job.DeadAtMS, CreatedAt: job.CreatedAt, CreatedAtMS: job.CreatedAtMS}); dead != want {
+	// The dead letter as the server wrote it, not as list re-encodes it.
+	var page map[string]json.RawMessage
+	var rawJobs []json.RawMessage
+	decodeData(t, got, &page)
+	if err := json.Unmarshal(page["jobs"], &rawJobs); err != nil || len(rawJobs) != 1 {
+		t.Fatalf("dead list: %s (%v)", got.raw, err)
+	}
+	var dead wire.DeadJob
+	decodeExactly(t, rawJobs[0], &dead)
+	if want := (wire.DeadJob{ID: "L1", Topic: "life", Body: "work", Attempts: 2, Reason: delayqueue.ReasonReleased,
+		DeadAt: orZero(job.DeadAt), DeadAtMS: orZero(job.DeadAtMS), CreatedAt: job.CreatedAt, CreatedAtMS: job.CreatedAtMS}); dead != want {
 		t.Fatalf("dead letter %+v, want %+v", dead, want)
 	}
 
@@ -515,7 +469,7 @@ func e2eRetryToDead(t *testing.T, url string) {
 	if d := popJob(t, url, `{"topic":"life","timeout":0}`); d != nil {
 		t.Fatalf("a dead job was delivered: %+v", d)
 	}
-	checkStats(t, url, "life", delayqueue.TopicStats{Dead: 1})
+	checkStats(t, url, "life", wire.TopicStats{Dead: 1})
 
 	got = mustSucceed(t, url, "/dead/kick", `{"topic":"life","id":"L1"}`)
 	if string(got.data) != `{"kicked":["L1"]}` {
@@ -550,7 +504,7 @@ func e2eRetryToDead(t *testing.T, url string) {
 	if job := getJob(t, url, "L2"); job != nil {
 		t.Fatalf("get after dead delete: %+v", job)
 	}
-	checkStats(t, url, "life", delayqueue.TopicStats{})
+	checkStats(t, url, "life", wire.TopicStats{})
 }
 
 // A batch of 3, popped with count and finished by ids; if_absent; /stats
@@ -578,14 +532,14 @@ func e2eBatches(t *testing.T, url string) {
 		t.Fatalf("a job of an invalid batch was stored: %+v", job)
 	}
 
-	checkStats(t, url, "batch", delayqueue.TopicStats{Ready: 3})
-	checkStats(t, url, "later", delayqueue.TopicStats{Delay: 1})
+	checkStats(t, url, "batch", wire.TopicStats{Ready: 3})
+	checkStats(t, url, "later", wire.TopicStats{Delay: 1})
 	checkTopicsMatchStats(t, url)
 
-	var deliveries []e2eDelivery
+	var deliveries []wire.Delivery
 	for end := time.Now().Add(5 * time.Second); len(deliveries) < 3 && time.Now().Before(end); {
 		got := mustSucceed(t, url, "/pop", `{"topic":"batch","count":10,"timeout":1}`)
-		var batch []e2eDelivery
+		var batch []wire.Delivery
 		decodeData(t, got, &batch)
 		if batch == nil {
 			t.Fatalf("pop with count answered %s, want an array", got.raw)
@@ -606,7 +560,7 @@ func e2eBatches(t *testing.T, url string) {
 	if got := mustSucceed(t, url, "/pop", `{"topic":"batch","count":10,"timeout":0}`); string(got.data) != `[]` {
 		t.Fatalf("pop with count of an empty topic: %s", got.raw)
 	}
-	checkStats(t, url, "batch", delayqueue.TopicStats{Reserved: 3})
+	checkStats(t, url, "batch", wire.TopicStats{Reserved: 3})
 	checkTopicsMatchStats(t, url)
 
 	got = mustSucceed(t, url, "/finish", `{"ids":["B1","B2","B3"]}`)
@@ -616,7 +570,7 @@ func e2eBatches(t *testing.T, url string) {
 	if got := mustSucceed(t, url, "/delete", `{"ids":["B4","B1"]}`); string(got.data) != `{"deleted":1}` {
 		t.Fatalf("delete ids: %s", got.raw)
 	}
-	checkStats(t, url, "batch", delayqueue.TopicStats{})
+	checkStats(t, url, "batch", wire.TopicStats{})
 	checkTopicsMatchStats(t, url)
 }
 
@@ -628,24 +582,24 @@ func e2eTouchAndRefusals(t *testing.T, url string) {
 	if d.ID != "T1" || d.Attempts != 1 {
 		t.Fatalf("delivery %+v", d)
 	}
-	leaseBefore := getJob(t, url, "T1").LeaseUntilMS
+	leaseBefore := orZero(getJob(t, url, "T1").LeaseUntilMS)
 
 	mustFail(t, url, "/touch", `{"id":"T1","attempt":2}`, "stale delivery: attempt 2 is not the job's current delivery")
 	mustFail(t, url, "/release", `{"id":"T1","attempt":7}`, "stale delivery: attempt 7 is not the job's current delivery")
-	if job := getJob(t, url, "T1"); job.State != delayqueue.StateReserved || job.LeaseUntilMS != leaseBefore {
+	if job := getJob(t, url, "T1"); job.State != delayqueue.StateReserved || orZero(job.LeaseUntilMS) != leaseBefore {
 		t.Fatalf("a stale touch or release changed the job: %+v", job)
 	}
 
 	touchedAt := time.Now()
 	got := mustSucceed(t, url, "/touch", `{"id":"T1","attempt":1}`)
-	var touched e2eTouch
+	var touched wire.TouchResult
 	decodeExactly(t, got.data, &touched)
 	if touched.LeaseUntil != touched.LeaseUntilMS/1000 || touched.LeaseUntilMS < touchedAt.Add(29*time.Second).UnixMilli() ||
 		touched.LeaseUntilMS > time.Now().Add(31*time.Second).UnixMilli() {
 		t.Fatalf("touch: %s, touched at %d ms", got.raw, touchedAt.UnixMilli())
 	}
-	if job := getJob(t, url, "T1"); job.LeaseUntilMS != touched.LeaseUntilMS {
-		t.Fatalf("get after touch: lease %d, touch said %d", job.LeaseUntilMS, touched.LeaseUntilMS)
+	if job := getJob(t, url, "T1"); orZero(job.LeaseUntilMS) != touched.LeaseUntilMS {
+		t.Fatalf("get after touch: lease %d, touch said %d", orZero(job.LeaseUntilMS), touched.LeaseUntilMS)
 	}
 	mustSucceed(t, url, "/touch", `{"id":"T1"}`) // without attempt: not checked
 	mustSucceed(t, url, "/finish", `{"id":"T1"}`)
@@ -659,11 +613,11 @@ func e2eTouchAndRefusals(t *testing.T, url string) {
 }
 
 // checkStats compares /stats of one topic with want.
-func checkStats(t *testing.T, url, topic string, want delayqueue.TopicStats) {
+func checkStats(t *testing.T, url, topic string, want wire.TopicStats) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"topic": topic})
 	got := mustSucceed(t, url, "/stats", string(body))
-	var stats map[string]delayqueue.TopicStats
+	var stats map[string]wire.TopicStats
 	decodeData(t, got, &stats)
 	if len(stats) != 1 || stats[topic] != want {
 		t.Fatalf("stats of %s: %s, want %+v", topic, got.raw, want)
@@ -676,13 +630,13 @@ func checkTopicsMatchStats(t *testing.T, url string) {
 	t.Helper()
 	var topics []string
 	decodeData(t, mustSucceed(t, url, "/topics", ``), &topics)
-	var stats map[string]delayqueue.TopicStats
+	var stats map[string]wire.TopicStats
 	decodeData(t, mustSucceed(t, url, "/stats", `{}`), &stats)
 	if topics == nil || !slices.IsSorted(topics) || len(topics) != len(stats) {
 		t.Fatalf("topics %v, stats %+v", topics, stats)
 	}
 	for _, topic := range topics {
-		if s, ok := stats[topic]; !ok || s == (delayqueue.TopicStats{}) {
+		if s, ok := stats[topic]; !ok || s == (wire.TopicStats{}) {
 			t.Fatalf("topic %s listed, stats %+v", topic, stats)
 		}
 	}

@@ -11,12 +11,7 @@ import (
 	"strconv"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
-)
-
-// Envelope codes, as in the original server.
-const (
-	codeSuccess = 0
-	codeFailure = 1
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // Generic answers: internal detail goes to the log, not to the client.
@@ -40,13 +35,6 @@ const (
 	msgStaleDelivery = "stale delivery: the attempt is not the job's current delivery"
 )
 
-// envelope is every answer's body.
-type envelope struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-	Data    any    `json:"data"`
-}
-
 // writeEnvelope is the only function that writes a response. It writes at
 // most once per request, so a handler that panics after answering is not
 // answered twice.
@@ -57,7 +45,7 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 	}
 	rec.written = true
 	rec.status, rec.code = status, code
-	if code != codeSuccess {
+	if code != wire.CodeSuccess {
 		rec.message = message
 	}
 
@@ -66,11 +54,11 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false) // bodies stay readable; the content type is JSON, not HTML
-		if err := enc.Encode(envelope{Code: code, Message: message, Data: data}); err != nil {
+		if err := enc.Encode(wire.Envelope[any]{Code: code, Message: message, Data: data}); err != nil {
 			// Only the data can fail to encode; answer without it.
 			buf.Reset()
-			_ = enc.Encode(envelope{Code: codeFailure, Message: msgInternalError})
-			rec.code = codeFailure
+			_ = enc.Encode(wire.Envelope[any]{Code: wire.CodeFailure, Message: msgInternalError})
+			rec.code = wire.CodeFailure
 		}
 		body = buf.Bytes()
 	}
@@ -86,15 +74,10 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 	_, _ = w.Write(body)
 }
 
-// plainData is answer data that writes itself as JSON when all its text is
-// plain (see isPlainJSONText); ok false leaves it to the encoder.
-type plainData interface {
-	appendPlainJSON(b []byte) (_ []byte, ok bool)
-}
-
-// appendPlainEnvelope appends the common answers, with no data or plain
-// data and a plain message, in the bytes the JSON encoder would write,
-// without its reflection. ok false leaves the answer to the encoder.
+// appendPlainEnvelope appends the common answers, with no data or a single
+// delivery (see appendPlainDelivery) and a plain message, in the bytes the
+// JSON encoder would write, without its reflection. ok false leaves the
+// answer to the encoder.
 func appendPlainEnvelope(b []byte, code int, message string, data any) (_ []byte, ok bool) {
 	if !isPlainJSONText(message) {
 		return b, false
@@ -107,8 +90,8 @@ func appendPlainEnvelope(b []byte, code int, message string, data any) (_ []byte
 	switch d := data.(type) {
 	case nil:
 		b = append(b, "null"...)
-	case plainData:
-		if b, ok = d.appendPlainJSON(b); !ok {
+	case wire.Delivery:
+		if b, ok = appendPlainDelivery(b, d); !ok {
 			return b, false
 		}
 	default:
@@ -129,26 +112,26 @@ func isPlainJSONText(s string) bool {
 }
 
 func succeed(w http.ResponseWriter, r *http.Request, message string, data any) {
-	writeEnvelope(w, r, http.StatusOK, codeSuccess, message, data)
+	writeEnvelope(w, r, http.StatusOK, wire.CodeSuccess, message, data)
 }
 
 // fail answers code 1 with status 200: the original's clients treat any
 // other status as a transport failure and would lose the message.
 func fail(w http.ResponseWriter, r *http.Request, message string) {
-	writeEnvelope(w, r, http.StatusOK, codeFailure, message, nil)
+	writeEnvelope(w, r, http.StatusOK, wire.CodeFailure, message, nil)
 }
 
 // failWithData answers code 1 with details in data, such as the bad jobs
 // of a batch.
 func failWithData(w http.ResponseWriter, r *http.Request, message string, data any) {
-	writeEnvelope(w, r, http.StatusOK, codeFailure, message, data)
+	writeEnvelope(w, r, http.StatusOK, wire.CodeFailure, message, data)
 }
 
 // failRequest answers a request that could not be read or decoded.
 func failRequest(w http.ResponseWriter, r *http.Request, err error) {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		writeEnvelope(w, r, http.StatusRequestEntityTooLarge, codeFailure,
+		writeEnvelope(w, r, http.StatusRequestEntityTooLarge, wire.CodeFailure,
 			"request body is larger than max_body_bytes ("+strconv.FormatInt(tooLarge.Limit, 10)+" bytes)", nil)
 		return
 	}

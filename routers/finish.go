@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // idRequest is the body of /get, and of /finish and /delete for one job.
@@ -94,17 +95,6 @@ func decodeIDObject(obj jsonObject) (idRequest, error) {
 	return idRequest{ID: id}, nil
 }
 
-// finishView is the data of /finish with ids.
-type finishView struct {
-	Finished int      `json:"finished"`
-	Dead     []string `json:"dead"`
-}
-
-// deleteView is the data of /delete with ids.
-type deleteView struct {
-	Deleted int `json:"deleted"`
-}
-
 // readIDs reads and decodes the body of /finish or /delete, and notes the
 // (first) job id for the log line. On failure it answers the request itself
 // and returns false.
@@ -150,7 +140,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
 
 	statuses, err := h.queue.FinishBatch(r.Context(), req.IDs)
 	if errors.Is(err, delayqueue.ErrPartial) && len(statuses) == len(req.IDs) {
-		h.partlyRemoved(w, r, req.IDs, statuses, "finished", "finishing", err)
+		h.partlyRemoved(w, r, req.IDs, statuses, wire.StatusFinished, "finishing", err)
 		return
 	}
 	if err != nil {
@@ -163,7 +153,7 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
 			dead = append(dead, req.IDs[i])
 		}
 	}
-	view := finishView{Finished: len(req.IDs) - len(dead), Dead: dead}
+	view := wire.FinishResult{Finished: len(req.IDs) - len(dead), Dead: dead}
 	if len(dead) > 0 {
 		// The others are finished: data says which were refused.
 		failWithData(w, r, areDeadLettered(len(dead)), view)
@@ -191,7 +181,7 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
 
 	statuses, err := h.queue.DeleteBatch(r.Context(), req.IDs)
 	if errors.Is(err, delayqueue.ErrPartial) && len(statuses) == len(req.IDs) {
-		h.partlyRemoved(w, r, req.IDs, statuses, "deleted", "deleting", err)
+		h.partlyRemoved(w, r, req.IDs, statuses, wire.StatusDeleted, "deleting", err)
 		return
 	}
 	if err != nil {
@@ -204,28 +194,29 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request) {
 			deleted++
 		}
 	}
-	succeed(w, r, "deleted", deleteView{Deleted: deleted})
+	succeed(w, r, "deleted", wire.DeleteResult{Deleted: deleted})
 }
 
 // partlyRemoved answers a /finish or /delete with ids of which some
-// partitions failed: every id's status (done, "unknown", "dead" or
-// "failed").
+// partitions failed: every id's status (done, which is StatusFinished or
+// StatusDeleted and names the outcome in the message too, StatusUnknown,
+// StateDead or StatusFailed).
 func (h *handler) partlyRemoved(w http.ResponseWriter, r *http.Request, ids []string, statuses []delayqueue.RemoveStatus, done, doing string, err error) {
 	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "batch "+doing+" partly done", slog.String(logKeyErr, err.Error()))
-	outcomes := make([]batchOutcome, len(ids))
+	outcomes := make([]wire.BatchResult, len(ids))
 	failed := 0
 	for i, s := range statuses {
-		outcomes[i] = batchOutcome{Index: i, ID: ids[i]}
+		outcomes[i] = wire.BatchResult{Index: i, ID: ids[i]}
 		switch s {
 		case delayqueue.Removed:
 			outcomes[i].Status = done
 		case delayqueue.RemoveDead:
-			outcomes[i].Status = delayqueue.StateDead
+			outcomes[i].Status = wire.StateDead
 		case delayqueue.RemoveFailed:
-			outcomes[i].Status, outcomes[i].Message = statusFailed, msgRedisUnavailable
+			outcomes[i].Status, outcomes[i].Message = wire.StatusFailed, msgRedisUnavailable
 			failed++
 		default:
-			outcomes[i].Status = "unknown"
+			outcomes[i].Status = wire.StatusUnknown
 		}
 	}
 	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(ids), done, doing), outcomes)

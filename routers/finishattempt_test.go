@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // /finish {"id","attempt"} reaches the engine's checked finish, {"id"}
@@ -123,13 +124,13 @@ func e2eFinishWithReceipt(t *testing.T, url string) {
 	if job := getJob(t, url, "F3"); job == nil || job.State != delayqueue.StateDead {
 		t.Fatalf("a refused finish changed the dead letter: %+v", job)
 	}
-	checkStats(t, url, "receipt", delayqueue.TopicStats{Delay: 1, Dead: 1})
+	checkStats(t, url, "receipt", wire.TopicStats{Delay: 1, Dead: 1})
 
 	// The ids form is unchanged: F2 is finished, the dead F3 left alone.
 	got := mustFail(t, url, "/finish", `{"ids":["F2","F3"]}`, "1 job is dead-lettered")
 	if string(got.data) != `{"finished":1,"dead":["F3"]}` {
 		t.Fatalf("finish ids: %s", got.raw)
 	}
-	checkStats(t, url, "receipt", delayqueue.TopicStats{Dead: 1})
+	checkStats(t, url, "receipt", wire.TopicStats{Dead: 1})
 	mustSucceed(t, url, "/delete", `{"id":"F3"}`)
 }

@@ -5,47 +5,12 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
-// jobView is the data of /get. The first five fields are the original's,
-// with delay = the due time in absolute unix seconds; the rest are new.
-// Every time comes in unix seconds and, with the _ms suffix, milliseconds.
-type jobView struct {
-	Topic string `json:"topic"`
-	ID    string `json:"id"`
-	Delay int64  `json:"delay"`
-	TTR   int64  `json:"ttr"`
-	Body  string `json:"body"`
-	// DelayMS is the due time in unix milliseconds.
-	DelayMS     int64  `json:"delay_ms"`
-	State       string `json:"state"`
-	Attempts    int    `json:"attempts"`
-	CreatedAt   int64  `json:"created_at"` // 0 when unknown
-	CreatedAtMS int64  `json:"created_at_ms"`
-	MaxAttempts int    `json:"max_attempts"`
-	Retry       []int  `json:"retry"` // [] without a schedule
-	// AttemptsLimit is the deliveries the job gets before the dead
-	// letters, as the engine enforces it: max_attempts (kept as pushed),
-	// else len(retry)+1 with a schedule (a callback job pushed without
-	// either was given the default backoff); 0 is unlimited.
-	AttemptsLimit int `json:"attempts_limit"`
-	// Only for a reserved job: the end of its lease.
-	LeaseUntil   *int64 `json:"lease_until,omitempty"`
-	LeaseUntilMS *int64 `json:"lease_until_ms,omitempty"`
-	// Only for a dead job.
-	DeadReason string `json:"dead_reason,omitempty"`
-	DeadAt     *int64 `json:"dead_at,omitempty"`
-	DeadAtMS   *int64 `json:"dead_at_ms,omitempty"`
-	// Only for a webhook job: its callback, and the outcome of its last
-	// failed call (status 0 when no answer came).
-	Callback     *delayqueue.Callback `json:"callback,omitempty"`
-	LastStatus   *int                 `json:"last_status,omitempty"`
-	LastError    string               `json:"last_error,omitempty"`
-	LastResponse string               `json:"last_response,omitempty"`
-}
-
-func newJobView(info *delayqueue.JobInfo) jobView {
-	view := jobView{
+// newJobInfo is the engine's view of a job as /get answers it.
+func newJobInfo(info *delayqueue.JobInfo) wire.JobInfo {
+	view := wire.JobInfo{
 		Topic:       info.Topic,
 		ID:          info.ID,
 		Delay:       unixSeconds(info.DueAt),
@@ -64,7 +29,7 @@ func newJobView(info *delayqueue.JobInfo) jobView {
 		view.Retry = []int{}
 	}
 	if info.Callback != nil {
-		view.Callback = info.Callback
+		view.Callback = newCallback(info.Callback)
 		if info.LastStatus != 0 || info.LastError != "" {
 			status := info.LastStatus
 			view.LastStatus = &status
@@ -79,6 +44,13 @@ func newJobView(info *delayqueue.JobInfo) jobView {
 		view.DeadAt, view.DeadAtMS = timePair(info.DeadAt)
 	}
 	return view
+}
+
+// newCallback is a job's callback as /get answers it.
+// TestCallbackAnswersEveryField keeps it to every field of the engine's.
+func newCallback(cb *delayqueue.Callback) *wire.Callback {
+	return &wire.Callback{URL: cb.URL, Method: cb.Method, Headers: cb.Headers,
+		TimeoutSeconds: cb.TimeoutSeconds, FollowRedirects: cb.FollowRedirects}
 }
 
 // timePair returns t in unix seconds and milliseconds, both nil when t is
@@ -129,5 +101,5 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteJob(r, info.Topic, "")
-	succeed(w, r, "ok", newJobView(info))
+	succeed(w, r, "ok", newJobInfo(info))
 }

@@ -41,7 +41,7 @@ type fakeQueue struct {
 	err         error                     // returned by every method when set
 	opErr       map[string]error          // by op name ("get", "touch"…): overrides err
 	pushResult  delayqueue.PushResult     // returned by Push
-	pushResults []delayqueue.PushResult   // returned by PushBatch; nil: created for each job
+	pushResults []delayqueue.PushResult   // returned by PushBatch, also with an error; nil: created for each job
 	delivery    *delayqueue.Delivery      // returned by Pop
 	deliveries  []*delayqueue.Delivery    // returned by PopBatch
 	info        *delayqueue.JobInfo       // returned by Get
@@ -94,11 +94,12 @@ func (f *fakeQueue) Push(ctx context.Context, job delayqueue.Job) (delayqueue.Pu
 
 func (f *fakeQueue) PushBatch(ctx context.Context, jobs []delayqueue.Job) ([]delayqueue.PushResult, error) {
 	f.record(queueCall{op: "pushBatch", jobs: jobs})
-	if err := f.errOf("pushBatch"); err != nil {
+	if err := f.errOf("pushBatch"); err != nil && f.pushResults == nil {
 		return nil, err
 	}
 	if f.pushResults != nil {
-		return f.pushResults, nil
+		// With an error too: a batch done in part (ErrPartial).
+		return f.pushResults, f.errOf("pushBatch")
 	}
 	return make([]delayqueue.PushResult, len(jobs)), nil
 }

@@ -1,8 +1,11 @@
 package routers
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +215,39 @@ func TestGetAnswers(t *testing.T) {
 				t.Fatalf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
 			}
 		})
+	}
+}
+
+// /get shows a webhook job's callback as the engine stores it: every field
+// of the engine's Callback, under the same name. Each field is set by
+// reflection, so that a field added to the engine's and not to the answer
+// fails here.
+func TestCallbackAnswersEveryField(t *testing.T) {
+	var cb delayqueue.Callback
+	v := reflect.ValueOf(&cb).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.String:
+			f.SetString("s" + strconv.Itoa(i))
+		case reflect.Int:
+			f.SetInt(int64(i + 1))
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Map:
+			f.Set(reflect.ValueOf(map[string]string{"X-Field": strconv.Itoa(i)}))
+		default:
+			t.Fatalf("Callback.%s is a %s: teach this test to set it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	stored, err := json.Marshal(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered, err := json.Marshal(newCallback(&cb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(answered, stored) {
+		t.Errorf("/get shows the callback as %s, the engine stores %s", answered, stored)
 	}
 }

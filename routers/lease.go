@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // maxAttemptNumber bounds the "attempt" of /release and /touch.
@@ -53,20 +54,6 @@ func decodeLease(body []byte, withDelay bool) (leaseRequest, error) {
 	return req, nil
 }
 
-// releaseView is the data of /release: the job's new state, and when it is
-// due again (the time it was dead-lettered, for a dead job).
-type releaseView struct {
-	State string `json:"state"`
-	Due   int64  `json:"due"`
-	DueMS int64  `json:"due_ms"`
-}
-
-// touchView is the data of /touch: the new end of the lease.
-type touchView struct {
-	LeaseUntil   int64 `json:"lease_until"`
-	LeaseUntilMS int64 `json:"lease_until_ms"`
-}
-
 // release ends a delivery as failed: the job follows its retry schedule,
 // or the given delay, or goes to the dead letters when its attempts are
 // used up.
@@ -90,7 +77,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	if state == delayqueue.StateDead {
 		message = "released; its attempts are used up, so the job is dead-lettered"
 	}
-	succeed(w, r, message, releaseView{State: state, Due: unixSeconds(due), DueMS: unixMillis(due)})
+	succeed(w, r, message, wire.ReleaseResult{State: state, Due: unixSeconds(due), DueMS: unixMillis(due)})
 }
 
 // touch extends the lease of a reserved job to now + ttr, for long work.
@@ -110,7 +97,7 @@ func (h *handler) touch(w http.ResponseWriter, r *http.Request) {
 		h.failLeaseChange(w, r, "touch", err, state, req.Attempt)
 		return
 	}
-	succeed(w, r, "touched", touchView{LeaseUntil: unixSeconds(until), LeaseUntilMS: unixMillis(until)})
+	succeed(w, r, "touched", wire.TouchResult{LeaseUntil: unixSeconds(until), LeaseUntilMS: unixMillis(until)})
 }
 
 // failLeaseChange answers a refused release or touch with the detail the

@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // requestRecord collects what the request log line reports. logRequests puts
@@ -96,7 +98,7 @@ func (h *handler) logRequests(next http.Handler) http.Handler {
 				h.opts.ObserveRequest(endpoint, rec.code, elapsed)
 			}
 			level := slog.LevelInfo
-			if rec.quiet && rec.code == codeSuccess && rec.status == http.StatusOK {
+			if rec.quiet && rec.code == wire.CodeSuccess && rec.status == http.StatusOK {
 				level = slog.LevelDebug
 			}
 			if !h.logger.Enabled(r.Context(), level) {
@@ -149,7 +151,7 @@ func (h *handler) recoverPanics(next http.Handler) http.Handler {
 			h.logger.ErrorContext(r.Context(), "panic in http handler",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path),
 				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
-			writeEnvelope(w, r, http.StatusOK, codeFailure, msgInternalError, nil)
+			writeEnvelope(w, r, http.StatusOK, wire.CodeFailure, msgInternalError, nil)
 		}()
 		next.ServeHTTP(w, r)
 	})
@@ -165,7 +167,7 @@ func (h *handler) rejectCrossOrigin(next http.Handler) http.Handler {
 		origins := r.Header.Values("Origin")
 		for _, origin := range origins {
 			if !sameOrigin(origin, r.Host) {
-				writeEnvelope(w, r, http.StatusForbidden, codeFailure,
+				writeEnvelope(w, r, http.StatusForbidden, wire.CodeFailure,
 					fmt.Sprintf("cross-origin request refused: Origin %q does not match host %q", origin, r.Host), nil)
 				return
 			}
@@ -216,7 +218,7 @@ const msgForeignHost = "browser request to host %q refused: without auth_token, 
 func (h *handler) requireKnownHost(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if fromBrowser(r) && !h.hosts.allows(r.Host) && !h.validToken(r) {
-			writeEnvelope(w, r, http.StatusForbidden, codeFailure, fmt.Sprintf(msgForeignHost, r.Host), nil)
+			writeEnvelope(w, r, http.StatusForbidden, wire.CodeFailure, fmt.Sprintf(msgForeignHost, r.Host), nil)
 			return
 		}
 		next(w, r)
@@ -344,12 +346,12 @@ func (h *handler) methodNotAllowed(allowed string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if allowed == http.MethodGet {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
+			writeEnvelope(w, r, http.StatusMethodNotAllowed, wire.CodeFailure,
 				fmt.Sprintf("method %s is not allowed on %s: use GET", r.Method, r.URL.Path), nil)
 			return
 		}
 		w.Header().Set("Allow", http.MethodPost)
-		writeEnvelope(w, r, http.StatusMethodNotAllowed, codeFailure,
+		writeEnvelope(w, r, http.StatusMethodNotAllowed, wire.CodeFailure,
 			fmt.Sprintf("method %s is not allowed on %s: use POST with a JSON body", r.Method, r.URL.Path), nil)
 	}
 }
@@ -365,6 +367,6 @@ func (h *handler) root(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
-	writeEnvelope(w, r, http.StatusNotFound, codeFailure,
+	writeEnvelope(w, r, http.StatusNotFound, wire.CodeFailure,
 		fmt.Sprintf("unknown path %q: the endpoints are %s", r.URL.Path, h.endpoints), nil)
 }

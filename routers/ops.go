@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // Answers of the auth check and the probes.
@@ -57,11 +58,11 @@ func (h *handler) requireToken(next http.HandlerFunc) http.HandlerFunc {
 		}
 		if presented {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="delay-queue", error="invalid_token"`)
-			writeEnvelope(w, r, http.StatusUnauthorized, codeFailure, msgTokenInvalid, nil)
+			writeEnvelope(w, r, http.StatusUnauthorized, wire.CodeFailure, msgTokenInvalid, nil)
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="delay-queue"`)
-		writeEnvelope(w, r, http.StatusUnauthorized, codeFailure, msgTokenMissing, nil)
+		writeEnvelope(w, r, http.StatusUnauthorized, wire.CodeFailure, msgTokenMissing, nil)
 	}
 }
 
@@ -70,20 +71,6 @@ func (h *handler) requireToken(next http.HandlerFunc) http.HandlerFunc {
 // instance restarted.
 func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 	succeed(w, r, "up", nil)
-}
-
-// readyData is the data of a /readyz answer that found stale background
-// loops.
-type readyData struct {
-	StaleLoops []staleLoop `json:"stale_loops"`
-}
-
-type staleLoop struct {
-	Loop string `json:"loop"`
-	// SecondsBehind is how long the loop has gone without a completed
-	// round; StaleAfterSeconds, how long it may.
-	SecondsBehind     float64 `json:"seconds_behind"`
-	StaleAfterSeconds float64 `json:"stale_after_seconds"`
 }
 
 // readyz answers 200 when Redis answers and holds the engine's scripts, and
@@ -98,11 +85,11 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	err := h.queue.Ready(ctx)
 	if err == nil {
-		var data readyData
+		var data wire.Readiness
 		var names []string
 		for _, s := range h.queue.LoopHealth() {
 			if s.Stale() {
-				data.StaleLoops = append(data.StaleLoops, staleLoop{Loop: s.Loop,
+				data.StaleLoops = append(data.StaleLoops, wire.StaleLoop{Loop: s.Loop,
 					SecondsBehind: s.Behind.Seconds(), StaleAfterSeconds: s.StaleAfter.Seconds()})
 				names = append(names, s.Loop)
 			}
@@ -124,7 +111,7 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, delayqueue.ErrStarting):
 		message = msgNotReadyStarting
 	}
-	writeEnvelope(w, r, http.StatusServiceUnavailable, codeFailure, message, nil)
+	writeEnvelope(w, r, http.StatusServiceUnavailable, wire.CodeFailure, message, nil)
 }
 
 // recordRawAnswer wraps a handler that answers in its own format (metrics
@@ -141,7 +128,7 @@ func recordRawAnswer(next http.HandlerFunc) http.HandlerFunc {
 			rec.status = http.StatusOK
 		}
 		if rec.status != http.StatusOK && rec.status != http.StatusNotModified {
-			rec.code = codeFailure
+			rec.code = wire.CodeFailure
 		}
 	}
 }

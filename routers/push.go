@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // Limits of /push fields, in the units the API uses.
@@ -31,17 +32,10 @@ type pushRequest struct {
 	Batch bool // the body was {"jobs":[...]}: the answer lists every job
 }
 
-// jobError is one bad job of a batch, in the data of the failure.
-type jobError struct {
-	Index   int    `json:"index"`
-	ID      string `json:"id"`
-	Message string `json:"message"`
-}
-
 // invalidBatchError reports every bad job of a batch; nothing is pushed.
 type invalidBatchError struct {
 	total int
-	jobs  []jobError
+	jobs  []wire.InvalidJob
 }
 
 func (e *invalidBatchError) Error() string {
@@ -97,9 +91,9 @@ func decodePush(body []byte, maxJobBodyBytes int) (pushRequest, error) {
 		}
 		switch {
 		case err != nil:
-			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: id, Message: err.Error()})
+			invalid.jobs = append(invalid.jobs, wire.InvalidJob{Index: i, ID: id, Message: err.Error()})
 		case seen:
-			invalid.jobs = append(invalid.jobs, jobError{Index: i, ID: id,
+			invalid.jobs = append(invalid.jobs, wire.InvalidJob{Index: i, ID: id,
 				Message: fmt.Sprintf("id %q is already used by job %d of the batch", id, first)})
 		default:
 			req.Jobs[i] = job
@@ -258,24 +252,13 @@ func checkID(field, id string) (string, error) {
 func pushStatusName(status delayqueue.PushStatus) string {
 	switch status {
 	case delayqueue.PushReplaced:
-		return "replaced"
+		return wire.StatusReplaced
 	case delayqueue.PushExists:
-		return "exists"
+		return wire.StatusExists
 	case delayqueue.PushFailed:
-		return statusFailed
+		return wire.StatusFailed
 	}
-	return "created"
-}
-
-// pushedJob is one entry of a batch push's data.
-type pushedJob struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-}
-
-// ifAbsentView is the data of a single push with if_absent.
-type ifAbsentView struct {
-	Exists bool `json:"exists"`
+	return wire.StatusCreated
 }
 
 // push adds a job, or replaces the job with the same id (unless if_absent);
@@ -309,9 +292,9 @@ func (h *handler) push(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case result.Status == delayqueue.PushExists:
-		succeed(w, r, "not pushed: a job with this id exists (if_absent)", ifAbsentView{Exists: true})
+		succeed(w, r, "not pushed: a job with this id exists (if_absent)", wire.IfAbsentResult{Exists: true})
 	case job.IfAbsent:
-		succeed(w, r, "pushed", ifAbsentView{Exists: false})
+		succeed(w, r, "pushed", wire.IfAbsentResult{Exists: false})
 	case result.Status == delayqueue.PushReplaced:
 		// Without if_absent the data stays null, as in the original.
 		succeed(w, r, "pushed, replacing the job with the same id", nil)
@@ -335,34 +318,21 @@ func (h *handler) pushBatch(w http.ResponseWriter, r *http.Request, jobs []delay
 		h.failQueue(w, r, "push batch", fmt.Errorf("engine answered %d results for %d jobs", len(results), len(jobs)))
 		return
 	}
-	pushed := make([]pushedJob, len(jobs))
+	pushed := make([]wire.PushResult, len(jobs))
 	for i, result := range results {
-		pushed[i] = pushedJob{ID: jobs[i].ID, Status: pushStatusName(result.Status)}
+		pushed[i] = wire.PushResult{ID: jobs[i].ID, Status: pushStatusName(result.Status)}
 	}
 	succeed(w, r, fmt.Sprintf("pushed %d jobs", len(jobs)), pushed)
 }
-
-// batchOutcome is one job's or id's outcome in the answer to a batch that
-// was only partly done: code 1, and every job's status, a failed one with
-// why.
-type batchOutcome struct {
-	Index   int    `json:"index"`
-	ID      string `json:"id"`
-	Status  string `json:"status"`
-	Message string `json:"message,omitempty"`
-}
-
-// statusFailed is the status of a job or id a batch did not handle.
-const statusFailed = "failed"
 
 // partlyPushed answers a batch of which some partitions stored their jobs
 // and others failed.
 func (h *handler) partlyPushed(w http.ResponseWriter, r *http.Request, jobs []delayqueue.Job, results []delayqueue.PushResult, err error) {
 	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "batch push partly stored", slog.String(logKeyErr, err.Error()))
-	outcomes := make([]batchOutcome, len(jobs))
+	outcomes := make([]wire.BatchResult, len(jobs))
 	failed := 0
 	for i, result := range results {
-		outcomes[i] = batchOutcome{Index: i, ID: jobs[i].ID, Status: pushStatusName(result.Status)}
+		outcomes[i] = wire.BatchResult{Index: i, ID: jobs[i].ID, Status: pushStatusName(result.Status)}
 		if result.Status == delayqueue.PushFailed {
 			failed++
 			outcomes[i].Message = msgRedisUnavailable

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 func TestPushAccepts(t *testing.T) {
@@ -338,7 +339,7 @@ func TestPushBatchAccepts(t *testing.T) {
 		opts := testOptions()
 		opts.MaxBodyBytes = 1 << 20
 		resp := serve(t, New(q, opts, testLogger(t)), "POST", "/push", `{"jobs":[`+strings.Join(jobs, ",")+`]}`)
-		var pushed []pushedJob
+		var pushed []wire.PushResult
 		if err := json.Unmarshal(resp.data, &pushed); resp.code != 0 || err != nil || len(pushed) != n || pushed[n-1].ID != fmt.Sprintf("j%d", n-1) {
 			t.Fatalf("batch of %d: answer %.300s", n, resp.raw)
 		}

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // statsRequest is the body of /stats: one topic, or ("") all of them.
@@ -57,10 +57,11 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
 		h.failQueue(w, r, "stats", err)
 		return
 	}
-	if stats == nil {
-		stats = map[string]delayqueue.TopicStats{}
+	counts := make(map[string]wire.TopicStats, len(stats))
+	for topic, s := range stats {
+		counts[topic] = wire.TopicStats{Delay: s.Delay, Ready: s.Ready, Reserved: s.Reserved, Dead: s.Dead}
 	}
-	succeed(w, r, "ok", stats)
+	succeed(w, r, "ok", counts)
 }
 
 // topics lists the topics that hold jobs, sorted.
@@ -86,15 +87,6 @@ func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
 
 // maxUpcomingMinutes bounds /upcoming: one day of one-minute slots.
 const maxUpcomingMinutes = 1440
-
-// upcomingView is the data of /upcoming: jobs due in each minute from start
-// (delayed jobs by due time, reserved jobs by the end of their lease).
-type upcomingView struct {
-	Start       int64   `json:"start"`
-	StartMS     int64   `json:"start_ms"`
-	StepSeconds int     `json:"step_seconds"`
-	Counts      []int64 `json:"counts"`
-}
 
 // upcoming counts the jobs due per minute for the next minutes (default
 // 60), for the dashboard's chart. It costs a ZLEXCOUNT per minute, partition and timer,
@@ -123,5 +115,5 @@ func (h *handler) upcoming(w http.ResponseWriter, r *http.Request) {
 		h.failQueue(w, r, "upcoming", err)
 		return
 	}
-	succeed(w, r, "ok", upcomingView{Start: start.Unix(), StartMS: start.UnixMilli(), StepSeconds: 60, Counts: counts})
+	succeed(w, r, "ok", wire.Upcoming{Start: start.Unix(), StartMS: start.UnixMilli(), StepSeconds: 60, Counts: counts})
 }

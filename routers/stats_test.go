@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 func TestStats(t *testing.T) {
@@ -113,7 +114,7 @@ func TestUpcoming(t *testing.T) {
 				}
 				return
 			}
-			var view upcomingView
+			var view wire.Upcoming
 			if err := json.Unmarshal(resp.data, &view); err != nil {
 				t.Fatal(err)
 			}

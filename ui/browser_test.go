@@ -21,6 +21,7 @@ import (
 	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/routers"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // updateScreenshotEnv names the environment variable that makes the
@@ -88,11 +89,7 @@ func (s *dashboardServer) post(path string, body any) json.RawMessage {
 	if err != nil {
 		s.t.Fatalf("POST %s: %v", path, err)
 	}
-	var envelope struct {
-		Code    int             `json:"code"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data"`
-	}
+	var envelope wire.Envelope[json.RawMessage]
 	if err := json.Unmarshal(answer, &envelope); err != nil || resp.StatusCode != http.StatusOK || envelope.Code != 0 {
 		s.t.Fatalf("POST %s %s: status %d, answer %s", path, raw, resp.StatusCode, answer)
 	}
@@ -106,9 +103,7 @@ func (s *dashboardServer) jobState(id string) string {
 	if string(data) == "null" {
 		return ""
 	}
-	var job struct {
-		State string `json:"state"`
-	}
+	var job wire.JobInfo
 	if err := json.Unmarshal(data, &job); err != nil {
 		s.t.Fatalf("/get %s: %s: %v", id, data, err)
 	}
@@ -118,9 +113,7 @@ func (s *dashboardServer) jobState(id string) string {
 // popOne pops one job of topic (which must have one ready) and returns its id.
 func (s *dashboardServer) popOne(topic string) string {
 	s.t.Helper()
-	var job struct {
-		ID string `json:"id"`
-	}
+	var job wire.Delivery
 	data := s.post("/pop", map[string]any{"topic": topic, "timeout": 5})
 	if err := json.Unmarshal(data, &job); err != nil || job.ID == "" {
 		s.t.Fatalf("pop %s: got %s", topic, data)
@@ -136,9 +129,7 @@ func (s *dashboardServer) makeDead(topic, id, body string) {
 	if got := s.popOne(topic); got != id {
 		s.t.Fatalf("popped %s, want %s", got, id)
 	}
-	var released struct {
-		State string `json:"state"`
-	}
+	var released wire.ReleaseResult
 	if err := json.Unmarshal(s.post("/release", map[string]any{"id": id}), &released); err != nil || released.State != "dead" {
 		s.t.Fatalf("release %s: state %q, want dead", id, released.State)
 	}
@@ -234,14 +225,15 @@ return !!svg && svg.dataset.total === '4' && svg.querySelectorAll('rect[data-cou
 	// by the end of its lease), by the times the API reports.
 	var dues []int64
 	for _, id := range []string{"order-1", "order-2", "order-3", "mail-busy"} {
-		var job struct {
-			DelayMS      int64 `json:"delay_ms"`
-			LeaseUntilMS int64 `json:"lease_until_ms"`
-		}
+		var job wire.JobInfo
 		if err := json.Unmarshal(s.post("/get", map[string]string{"id": id}), &job); err != nil {
 			t.Fatal(err)
 		}
-		dues = append(dues, max(job.DelayMS, job.LeaseUntilMS))
+		due := job.DelayMS
+		if job.LeaseUntilMS != nil {
+			due = max(due, *job.LeaseUntilMS)
+		}
+		dues = append(dues, due)
 	}
 	var bars [][2]int64 // start_ms, count
 	b.eval(&bars, `return [...document.querySelectorAll('#upcoming-chart rect[data-count]')]

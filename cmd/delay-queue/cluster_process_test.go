@@ -28,6 +28,7 @@ import (
 	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // procClusterPartitions is the partition count of the servers in these
@@ -144,23 +145,14 @@ func procData(t *testing.T, env procEnvelope, v any) {
 	}
 }
 
-// procJobState is the part of a /get answer these tests look at.
-type procJobState struct {
-	ID       string `json:"id"`
-	Topic    string `json:"topic"`
-	Body     string `json:"body"`
-	State    string `json:"state"`
-	Attempts int    `json:"attempts"`
-}
-
 // procClusterGet is /get of id through s: nil for data null.
-func procClusterGet(t *testing.T, api *procClient, s *procServer, id string) *procJobState {
+func procClusterGet(t *testing.T, api *procClient, s *procServer, id string) *wire.JobInfo {
 	t.Helper()
-	env := api.mustOK(t, s, "/get", procID{ID: id})
+	env := api.mustOK(t, s, "/get", wire.IDRequest{ID: id})
 	if env.dataIsNull() {
 		return nil
 	}
-	var job procJobState
+	var job wire.JobInfo
 	procData(t, env, &job)
 	return &job
 }
@@ -358,7 +350,7 @@ func (l *procLoad) consume(ctx context.Context, c int) {
 	which := home
 	for ctx.Err() == nil {
 		srv := servers[which]
-		env, status, err := l.api.call(srv.baseURL, "/pop", procPop{Topic: topicList, Timeout: new(1)}, procCallTimeout)
+		env, status, err := l.api.call(srv.baseURL, "/pop", wire.PopRequest{Topic: topicList, Timeout: 1}, procCallTimeout)
 		if reason := l.result("pop via "+srv.name, env, status, err); reason != "" {
 			if ctx.Err() != nil {
 				return
@@ -400,7 +392,7 @@ func (l *procLoad) consume(ctx context.Context, c int) {
 func (l *procLoad) finish(ctx context.Context, id string, first int) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		srv := l.cfg.servers[(first+attempt)%len(l.cfg.servers)]
-		env, status, err := l.api.call(srv.baseURL, "/finish", procID{ID: id}, procCallTimeout)
+		env, status, err := l.api.call(srv.baseURL, "/finish", wire.IDRequest{ID: id}, procCallTimeout)
 		if l.result("finish "+id+" via "+srv.name, env, status, err) != "" {
 			l.pause(ctx)
 			continue
@@ -578,28 +570,10 @@ func procPoppedIDs(jobs []procPopped) []string {
 	return ids
 }
 
-// procDeadLetter is one entry of /dead/list.
-type procDeadLetter struct {
-	ID       string `json:"id"`
-	Topic    string `json:"topic"`
-	Attempts int    `json:"attempts"`
-	Reason   string `json:"reason"`
-	DeadAtMS int64  `json:"dead_at_ms"`
-}
-
-// procDeadList is the data of /dead/list.
-type procDeadList struct {
-	Total int              `json:"total"`
-	Jobs  []procDeadLetter `json:"jobs"`
-}
-
 // procUpcomingTotal is the sum of /upcoming's counts for the next minutes.
 func procUpcomingTotal(t *testing.T, api *procClient, s *procServer, minutes int) (int64, []int64) {
 	t.Helper()
-	var up struct {
-		StepSeconds int     `json:"step_seconds"`
-		Counts      []int64 `json:"counts"`
-	}
+	var up wire.Upcoming
 	procData(t, api.mustOK(t, s, "/upcoming", map[string]int{"minutes": minutes}), &up)
 	if up.StepSeconds != 60 || len(up.Counts) != minutes {
 		t.Fatalf("/upcoming on %s: step %d s and %d counts, want 60 s and %d", s.name, up.StepSeconds, len(up.Counts), minutes)
@@ -676,7 +650,7 @@ func TestProcessClusterEndpoints(t *testing.T) {
 	}
 	checkStats(a, "ep-single", map[string]int64{"reserved": n})
 	for _, id := range popped[:n/2] {
-		if env := api.mustOK(t, a, "/finish", procID{ID: id}); env.Message != "finished" {
+		if env := api.mustOK(t, a, "/finish", wire.IDRequest{ID: id}); env.Message != "finished" {
 			t.Fatalf("finish %s answered %q", id, env.Message)
 		}
 	}
@@ -737,10 +711,7 @@ func TestProcessClusterEndpoints(t *testing.T) {
 	}
 	checkBatch := func(env procEnvelope, status string) {
 		t.Helper()
-		var pushed []struct {
-			ID     string `json:"id"`
-			Status string `json:"status"`
-		}
+		var pushed []wire.PushResult
 		procData(t, env, &pushed)
 		if len(pushed) != len(batchIDs) {
 			t.Fatalf("batch push answered %s", env.Data)
@@ -794,7 +765,7 @@ func TestProcessClusterEndpoints(t *testing.T) {
 	if total, counts := procUpcomingTotal(t, api, b, 61); total != n || counts[59]+counts[60] != n {
 		t.Fatalf("/upcoming with %d jobs due in an hour: %v", n, counts)
 	}
-	if env := api.mustOK(t, a, "/delete", procID{ID: laterIDs[0]}); env.Message != "deleted" {
+	if env := api.mustOK(t, a, "/delete", wire.IDRequest{ID: laterIDs[0]}); env.Message != "deleted" {
 		t.Fatalf("delete answered %q", env.Message)
 	}
 	if env := api.mustOK(t, b, "/delete", map[string]any{"ids": append(slices.Clone(laterIDs[1:]), "never-pushed")}); string(env.Data) != fmt.Sprintf(`{"deleted":%d}`, n-1) {
@@ -825,16 +796,12 @@ func TestProcessClusterEndpoints(t *testing.T) {
 				t.Fatalf("delivery %d: %+v", attempt, d)
 			}
 			s := servers[i%2]
-			var touched struct {
-				LeaseUntilMS int64 `json:"lease_until_ms"`
-			}
+			var touched wire.TouchResult
 			procData(t, api.mustOK(t, s, "/touch", map[string]any{"id": d.ID, "attempt": attempt}), &touched)
 			if touched.LeaseUntilMS < time.Now().Add(25*time.Second).UnixMilli() {
 				t.Fatalf("touch %s: lease until %d, want about 30 s from now", d.ID, touched.LeaseUntilMS)
 			}
-			var released struct {
-				State string `json:"state"`
-			}
+			var released wire.ReleaseResult
 			procData(t, api.mustOK(t, servers[(i+1)%2], "/release", map[string]any{"id": d.ID, "attempt": attempt, "delay": 0}), &released)
 			if want := map[int][]string{1: {"ready", "delay"}, 2: {"dead"}}[attempt]; !slices.Contains(want, released.State) {
 				t.Fatalf("release %d of %s: state %q, want one of %v", attempt, d.ID, released.State, want)
@@ -845,9 +812,9 @@ func TestProcessClusterEndpoints(t *testing.T) {
 
 	// /dead/list pages through every partition's dead letters, newest
 	// first.
-	var list []procDeadLetter
+	var list []wire.DeadJob
 	for offset := 0; offset < n; offset += 5 {
-		var page procDeadList
+		var page wire.DeadPage
 		procData(t, api.mustOK(t, servers[offset%2], "/dead/list", map[string]any{"topic": "ep-dead", "offset": offset, "limit": 5}), &page)
 		if page.Total != n || len(page.Jobs) != min(5, n-offset) {
 			t.Fatalf("/dead/list offset %d: total %d with %d jobs", offset, page.Total, len(page.Jobs))
@@ -872,9 +839,7 @@ func TestProcessClusterEndpoints(t *testing.T) {
 	if env := api.mustOK(t, a, "/dead/kick", map[string]any{"topic": "ep-dead", "id": list[0].ID}); string(env.Data) != `{"kicked":["`+list[0].ID+`"]}` {
 		t.Fatalf("kick %s answered %s", list[0].ID, env.Data)
 	}
-	var kicked struct {
-		Kicked []string `json:"kicked"`
-	}
+	var kicked wire.KickResult
 	procData(t, api.mustOK(t, b, "/dead/kick", map[string]any{"topic": "ep-dead", "count": 3}), &kicked)
 	deadAt := make(map[string]int64, n)
 	for _, d := range list {
@@ -1065,7 +1030,7 @@ func TestProcessClusterPrimaryFailover(t *testing.T) {
 	// Calls to the failed shard succeed again on both servers.
 	for i, s := range servers {
 		procWaitCondition(t, 10*time.Second, "/get of a job of partition 1 through "+s.name, func() bool {
-			env, status, err := api.call(s.baseURL, "/get", procID{ID: probe}, procCallTimeout)
+			env, status, err := api.call(s.baseURL, "/get", wire.IDRequest{ID: probe}, procCallTimeout)
 			return err == nil && status == 200 && env.Code == 0
 		})
 		if v := procMetric(t, s, `delayqueue_redis_map_refreshes_total{result="ok"}`); v <= refreshesBefore[i] {
@@ -1105,7 +1070,7 @@ func TestProcessClusterPrimaryFailover(t *testing.T) {
 	if job := procClusterGet(t, api, a, probe); job == nil || job.Topic != "failover-probe" {
 		t.Fatalf("/get of the probe after its push: %+v", job)
 	}
-	api.mustOK(t, b, "/delete", procID{ID: probe})
+	api.mustOK(t, b, "/delete", wire.IDRequest{ID: probe})
 	t.Logf("%v: pushes to partition 1 acknowledged again, at %d acknowledged pushes", since(), load.ackedCount.Load())
 
 	load.drain(45 * time.Second)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // The connection loops that run a request, as goroutine profiles name them.
@@ -52,7 +53,7 @@ func TestProcessHTTPFastPathSetting(t *testing.T) {
 			if job == nil || job.ID != topic+"-1" || job.Body != "over "+tt.setting || job.Attempts != 1 {
 				t.Fatalf("pop: %+v", job)
 			}
-			if env := api.mustOK(t, s, "/finish", procID{ID: job.ID}); env.Message != "finished" {
+			if env := api.mustOK(t, s, "/finish", wire.IDRequest{ID: job.ID}); env.Message != "finished" {
 				t.Fatalf("finish answered %+v", env)
 			}
 			if stored := api.mustGet(t, s, job.ID); stored != nil {
@@ -66,7 +67,7 @@ func TestProcessHTTPFastPathSetting(t *testing.T) {
 			held := make(chan error, 1)
 			go func() {
 				hold := 30
-				_, _, err := api.callContext(ctx, s.baseURL, "/pop", procPop{Topic: topic + "-empty", Timeout: &hold})
+				_, _, err := api.callContext(ctx, s.baseURL, "/pop", wire.PopRequest{Topic: topic + "-empty", Timeout: int64(hold)})
 				held <- err
 			}()
 			var stack string

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // procMetric reads one sample of /metrics (-1 when absent).
@@ -106,13 +107,7 @@ func TestProcessLoopErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 		}
 		return env.Message != "ready"
 	})
-	var data struct {
-		StaleLoops []struct {
-			Loop              string  `json:"loop"`
-			SecondsBehind     float64 `json:"seconds_behind"`
-			StaleAfterSeconds float64 `json:"stale_after_seconds"`
-		} `json:"stale_loops"`
-	}
+	var data wire.Readiness
 	if err := json.Unmarshal(env.Data, &data); err != nil {
 		t.Fatalf("/readyz data %s: %v", env.Data, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // logSink collects what run writes to stderr, lets a test wait for a line,
@@ -241,11 +242,7 @@ var (
 	listeningJSON = regexp.MustCompile(`"msg":"listening","addr":"([^"]+)"`)
 )
 
-type envelope struct {
-	Code    int             `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data"`
-}
+type envelope = wire.Envelope[json.RawMessage]
 
 func post(t *testing.T, base, path, body string) envelope {
 	t.Helper()

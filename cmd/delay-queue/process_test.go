@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -155,7 +156,7 @@ func TestProcessBasicFlow(t *testing.T) {
 	if *popped != want {
 		t.Errorf("/pop basic = %+v, want %+v", *popped, want)
 	}
-	api.mustOK(t, srv, "/finish", procID{ID: "job-1"})
+	api.mustOK(t, srv, "/finish", wire.IDRequest{ID: "job-1"})
 	if stored := api.mustGet(t, srv, "job-1"); stored != nil {
 		t.Errorf("/get job-1 after finish = %+v, want data null", *stored)
 	}
@@ -192,7 +193,7 @@ func TestProcessBasicFlow(t *testing.T) {
 		} else {
 			t.Logf("%s: delivered at most %v after its due time", id, late.Round(time.Millisecond))
 		}
-		api.mustOK(t, srv, "/finish", procID{ID: id})
+		api.mustOK(t, srv, "/finish", wire.IDRequest{ID: id})
 	}
 }
 
@@ -263,7 +264,7 @@ func TestProcessTwoInstancesDeliverOnce(t *testing.T) {
 				case n > 1 || job.Attempts != 1:
 					failures.add("consumer %d via %s: %s delivered again (delivery %d, attempts %d) within its ttr", c, srv.name, job.ID, n, job.Attempts)
 				}
-				if err := api.ok(srv, "/finish", procID{ID: job.ID}); err != nil {
+				if err := api.ok(srv, "/finish", wire.IDRequest{ID: job.ID}); err != nil {
 					failures.add("consumer %d: finish %s: %v", c, job.ID, err)
 				}
 			}
@@ -425,7 +426,7 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 	finish := func(id string, first int) {
 		for attempt := 0; ctx.Err() == nil; attempt++ {
 			srv := servers[(first+attempt)%2]
-			env, status, err := api.call(srv.baseURL, "/finish", procID{ID: id}, procCallTimeout)
+			env, status, err := api.call(srv.baseURL, "/finish", wire.IDRequest{ID: id}, procCallTimeout)
 			if err != nil {
 				retryPause()
 				continue
@@ -453,7 +454,7 @@ func TestProcessKill9UnderLoadLosesNoJob(t *testing.T) {
 			which := home
 			for consumerCtx.Err() == nil {
 				srv := servers[which]
-				env, status, err := api.call(srv.baseURL, "/pop", procPop{Topic: topicList, Timeout: new(1)}, procCallTimeout)
+				env, status, err := api.call(srv.baseURL, "/pop", wire.PopRequest{Topic: topicList, Timeout: 1}, procCallTimeout)
 				if err != nil {
 					popErrors.Add(1)
 					if which == home {
@@ -627,7 +628,7 @@ func procHoldPops(t *testing.T, api *procClient, srv *procServer, topic string, 
 			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(written.Done) }}
 			ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(context.Background(), trace), 70*time.Second)
 			defer cancel()
-			env, status, err := api.callContext(ctx, srv.baseURL, "/pop", procPop{Topic: topic, Timeout: new(60)})
+			env, status, err := api.callContext(ctx, srv.baseURL, "/pop", wire.PopRequest{Topic: topic, Timeout: 60})
 			once.Do(written.Done) // the request failed before it was written
 			results <- procHeldPop{env: env, status: status, err: err, at: time.Now()}
 		}()
@@ -643,7 +644,7 @@ func procHoldPops(t *testing.T, api *procClient, srv *procServer, topic string, 
 		t.Fatalf("the %d held pops were not written within 10 s", n)
 	}
 	probe := &procClient{http: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
-	if err := probe.ok(srv, "/get", procID{ID: "probe"}); err != nil {
+	if err := probe.ok(srv, "/get", wire.IDRequest{ID: "probe"}); err != nil {
 		t.Fatalf("probe /get: %v", err)
 	}
 	if len(results) > 0 {
@@ -740,7 +741,7 @@ func TestProcessSIGTERM(t *testing.T) {
 				t.Errorf("/pop keep after restart = %+v, want body %q, attempts 1", *job, want.Body)
 			}
 			delete(pushed, job.ID)
-			api.mustOK(t, srv, "/finish", procID{ID: job.ID})
+			api.mustOK(t, srv, "/finish", wire.IDRequest{ID: job.ID})
 		}
 		if len(pushed) > 0 {
 			var ids []string
@@ -812,7 +813,7 @@ func TestProcessRestartKeepsDelayedJobs(t *testing.T) {
 		if at.After(onTimeLimit) {
 			t.Errorf("%s delivered %v after the later of its due time and the restart, want within 1 s", job.ID, at.Sub(latestDue))
 		}
-		api.mustOK(t, srv, "/finish", procID{ID: job.ID})
+		api.mustOK(t, srv, "/finish", wire.IDRequest{ID: job.ID})
 	}
 	if len(pushed) > 0 {
 		t.Errorf("%d delayed jobs not delivered after the restart", len(pushed))
@@ -844,7 +845,7 @@ func TestProcessRedisOutage(t *testing.T) {
 	// A pop must hold for its timeout while Redis is away, not fail at
 	// once and make clients spin.
 	popStart := time.Now()
-	_, _, err = api.call(srv.baseURL, "/pop", procPop{Topic: "outage-empty", Timeout: new(2)}, 15*time.Second)
+	_, _, err = api.call(srv.baseURL, "/pop", wire.PopRequest{Topic: "outage-empty", Timeout: 2}, 15*time.Second)
 	if held := time.Since(popStart); err == nil && held < 1900*time.Millisecond {
 		t.Errorf("/pop with timeout 2 while Redis is down answered after %v, want it to hold about 2 s", held)
 	}
@@ -894,7 +895,7 @@ func TestProcessRedisOutage(t *testing.T) {
 			t.Errorf("/pop %s body = %q, want %q", job.ID, job.Body, body)
 		}
 		delete(want, job.ID)
-		api.mustOK(t, srv, "/finish", procID{ID: job.ID})
+		api.mustOK(t, srv, "/finish", wire.IDRequest{ID: job.ID})
 	}
 	if len(want) > 0 {
 		t.Errorf("jobs not delivered after Redis came back: %v", want)
@@ -1090,7 +1091,7 @@ func TestProcessImportsLegacyJobs(t *testing.T) {
 		if f.bucket != "" && at.Before(time.Unix(f.score, 0)) {
 			t.Errorf("%s delivered at %v, before its bucket time %v", job.ID, at.Format(time.StampMilli), time.Unix(f.score, 0).Format(time.StampMilli))
 		}
-		api.mustOK(t, srv, "/finish", procID{ID: job.ID})
+		api.mustOK(t, srv, "/finish", wire.IDRequest{ID: job.ID})
 	}
 	if len(remaining) > 0 {
 		var ids []string

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 	"github.com/gomodule/redigo/redis"
 )
 
@@ -357,17 +358,14 @@ func (s *procServer) Stop(timeout time.Duration) {
 }
 
 // procEnvelope is every answer of the API.
-type procEnvelope struct {
-	Code    int             `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data"`
-}
+type procEnvelope wire.Envelope[json.RawMessage]
 
 func (e procEnvelope) dataIsNull() bool {
 	return len(e.Data) == 0 || string(e.Data) == "null"
 }
 
-// procPush is the body of /push.
+// procPush is the body of /push as the original server's clients send it,
+// with "delay" always given (wire.PushJob leaves it out when nil).
 type procPush struct {
 	Topic   string `json:"topic"`
 	ID      string `json:"id"`
@@ -377,35 +375,12 @@ type procPush struct {
 	Body    string `json:"body"`
 }
 
-// procPop is the body of /pop.
-type procPop struct {
-	Topic   string `json:"topic"`
-	Timeout *int   `json:"timeout,omitempty"`
-}
-
-// procID is the body of /finish, /delete and /get.
-type procID struct {
-	ID string `json:"id"`
-}
-
 // procPopped is the data of a /pop answer.
-type procPopped struct {
-	ID       string `json:"id"`
-	Body     string `json:"body"`
-	Topic    string `json:"topic"`
-	TTR      int64  `json:"ttr"`
-	Attempts int    `json:"attempts"`
-}
+type procPopped = wire.Delivery
 
 // procStored is the data of a /get answer; Delay is the due time in absolute
 // unix seconds.
-type procStored struct {
-	Topic string `json:"topic"`
-	ID    string `json:"id"`
-	Delay int64  `json:"delay"`
-	TTR   int64  `json:"ttr"`
-	Body  string `json:"body"`
-}
+type procStored = wire.JobInfo
 
 // procClient talks to any of the test's servers over kept-alive connections.
 type procClient struct {
@@ -485,7 +460,7 @@ func (c *procClient) mustPush(t testing.TB, s *procServer, job procPush) {
 // data null.
 func (c *procClient) mustPop(t testing.TB, s *procServer, topic string, holdSeconds int) *procPopped {
 	t.Helper()
-	env, status, err := c.call(s.baseURL, "/pop", procPop{Topic: topic, Timeout: &holdSeconds}, time.Duration(holdSeconds)*time.Second+procCallTimeout)
+	env, status, err := c.call(s.baseURL, "/pop", wire.PopRequest{Topic: topic, Timeout: int64(holdSeconds)}, time.Duration(holdSeconds)*time.Second+procCallTimeout)
 	if err != nil {
 		t.Fatalf("%s /pop %q: %v", s.name, topic, err)
 	}
@@ -499,7 +474,7 @@ func (c *procClient) mustPop(t testing.TB, s *procServer, topic string, holdSeco
 // goroutines and for runs where servers are killed on purpose. job is nil
 // for data null or on error.
 func (c *procClient) pop(s *procServer, topic string, holdSeconds int) (*procPopped, procEnvelope, error) {
-	env, status, err := c.call(s.baseURL, "/pop", procPop{Topic: topic, Timeout: &holdSeconds}, time.Duration(holdSeconds)*time.Second+procCallTimeout)
+	env, status, err := c.call(s.baseURL, "/pop", wire.PopRequest{Topic: topic, Timeout: int64(holdSeconds)}, time.Duration(holdSeconds)*time.Second+procCallTimeout)
 	if err != nil {
 		return nil, env, err
 	}
@@ -544,7 +519,7 @@ func procDecodePopped(t testing.TB, env procEnvelope) *procPopped {
 // mustGet returns the /get view of id, or nil for data null.
 func (c *procClient) mustGet(t testing.TB, s *procServer, id string) *procStored {
 	t.Helper()
-	env := c.mustOK(t, s, "/get", procID{ID: id})
+	env := c.mustOK(t, s, "/get", wire.IDRequest{ID: id})
 	if env.dataIsNull() {
 		return nil
 	}

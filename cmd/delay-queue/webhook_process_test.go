@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // TestProcessWebhookScenario is the seeds' notification scenario through the
@@ -70,15 +71,11 @@ func TestProcessWebhookScenario(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		env := api.mustOK(t, server, "/get", map[string]any{"id": "pay-2"})
-		var info struct {
-			State      string `json:"state"`
-			DeadReason string `json:"dead_reason"`
-			LastStatus int    `json:"last_status"`
-		}
+		var info wire.JobInfo
 		_ = json.Unmarshal(env.Data, &info)
 		flaky := api.mustOK(t, server, "/get", map[string]any{"id": "pay-1"})
 		if info.State == "dead" && flaky.dataIsNull() {
-			if info.DeadReason != "callback-failed" || info.LastStatus != 503 {
+			if info.DeadReason != "callback-failed" || info.LastStatus == nil || *info.LastStatus != 503 {
 				t.Fatalf("dead letter %s: want reason callback-failed and last_status 503", env.Data)
 			}
 			break
@@ -110,9 +107,7 @@ func TestProcessWebhookScenario(t *testing.T) {
 		}
 	}
 	dead := api.mustOK(t, server, "/dead/list", map[string]any{"topic": "notify"})
-	var list struct {
-		Total int `json:"total"`
-	}
+	var list wire.DeadPage
 	if err := json.Unmarshal(dead.Data, &list); err != nil || list.Total != 1 {
 		t.Fatalf("/dead/list = %s", dead.Data)
 	}

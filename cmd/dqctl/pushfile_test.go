@@ -16,6 +16,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/client"
 	"github.com/delay-queue/delay-queue/routers"
+	"github.com/delay-queue/delay-queue/wire"
 )
 
 // writeLines writes a JSON-lines file and returns its path.
@@ -211,11 +212,7 @@ func partitionDownServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
-		var req struct {
-			Jobs []struct {
-				ID string `json:"id"`
-			} `json:"jobs"`
-		}
+		var req wire.PushBatch
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || r.URL.Path != "/push" || len(req.Jobs) == 0 {
 			t.Errorf("%s: not a batch push: %v", r.URL.Path, err)
 			http.Error(w, "bad request", http.StatusBadRequest)
