@@ -114,7 +114,7 @@ func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
 			q.WaitCallbacks(ctx, 20*time.Second)
 			close(woken)
 		}()
-		redistest.WaitFor(t, 5*time.Second, "the dispatcher waiting", q.waiters.hooksWanted)
+		redistest.WaitFor(t, 5*time.Second, "the dispatcher waiting", q.WaitingForCallbacks)
 		if _, err := q.Push(ctx, Job{Topic: "pay", ID: ids[0], TTR: time.Minute, Delay: 200 * time.Millisecond, Callback: cb}); err != nil {
 			t.Fatal(err)
 		}
