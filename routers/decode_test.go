@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/defaults"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // TestForEachMemberMatchesTheDecoder checks the plain member scanner
@@ -113,7 +114,7 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 	forEachFront(t, func(t *testing.T, f front) {
 		answered := make(chan struct{}, 1)
 		opts := Options{ObserveRequest: func(string, int, time.Duration) { answered <- struct{}{} }}
-		url := f.serve(t, &fakeQueue{}, opts, testLogger(t))
+		url := f.serve(t, &fakeQueue{}, opts, redistest.Logger(t))
 		const claimed = defaults.MaxBodyBytes
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -183,7 +184,7 @@ func TestBodyReadTimeout(t *testing.T) {
 		q := &fakeQueue{popStarted: make(chan context.Context, 1)}
 		opts := testOptions()
 		opts.ReadBodyTimeout = 200 * time.Millisecond
-		url := f.serve(t, q, opts, testLogger(t))
+		url := f.serve(t, q, opts, redistest.Logger(t))
 
 		t.Run("slow body", func(t *testing.T) {
 			c, br := dialServer(t, url)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // /finish {"id","attempt"} reaches the engine's checked finish, {"id"}
@@ -49,7 +50,7 @@ func TestFinishAttemptRequests(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{opErr: tc.opErr, state: tc.state}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/finish", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/finish", tc.body)
 			if resp.status != 200 || resp.raw != tc.want+"\n" {
 				t.Errorf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
 			}
@@ -68,7 +69,7 @@ func TestFinishAttemptRequests(t *testing.T) {
 // /delete takes no attempt: one sent is ignored, as unknown fields are.
 func TestDeleteIgnoresAttempt(t *testing.T) {
 	q := &fakeQueue{}
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/delete", `{"id":"a","attempt":2}`)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/delete", `{"id":"a","attempt":2}`)
 	if resp.code != 0 {
 		t.Fatalf("answer %s", resp.raw)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // /finish, /delete and /get take the same {"id"} body.
@@ -44,7 +45,7 @@ func TestIDEndpoints(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(ep.op+"/"+tc.name, func(t *testing.T) {
 				q := &fakeQueue{} // unknown ids: Finish/Delete return nil, Get (nil, nil)
-				resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", ep.path, tc.body)
+				resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", ep.path, tc.body)
 				calls := q.recorded()
 				if tc.wantID == "" {
 					if resp.status != 200 || resp.code != 1 || resp.msg != tc.want {
@@ -100,7 +101,7 @@ func TestFinishDeleteIDs(t *testing.T) {
 				q := &fakeQueue{deleted: 7}
 				opts := testOptions()
 				opts.MaxBodyBytes = 1 << 20
-				resp := serve(t, New(q, opts, testLogger(t)), "POST", ep.path, tc.body)
+				resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", ep.path, tc.body)
 				calls := q.recorded()
 				if tc.wantIDs == nil {
 					if resp.status != 200 || resp.code != 1 || resp.msg != tc.want || string(resp.data) != "null" {
@@ -151,7 +152,7 @@ func TestFinishBatchDead(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{dead: tc.dead}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/finish", `{"ids":["a","b","c"]}`)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/finish", `{"ids":["a","b","c"]}`)
 			if resp.status != 200 || resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %d %s\nwant %s", resp.status, resp.raw, tc.want)
 			}
@@ -207,7 +208,7 @@ func TestGetAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{info: tc.info}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/get", `{"id":"15"}`)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/get", `{"id":"15"}`)
 			if resp.status != 200 || resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 const (
@@ -73,7 +74,7 @@ func TestAuthLocksEveryAPIEndpoint(t *testing.T) {
 				if ac.header != "" {
 					headers = []string{"Authorization", ac.header}
 				}
-				resp := serve(t, New(q, opts, testLogger(t)), "POST", req.path, req.body, headers...)
+				resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", req.path, req.body, headers...)
 				calls := q.recorded()
 				if ac.allowed {
 					if resp.status != 200 || resp.code != 0 || len(calls) == 0 {
@@ -98,7 +99,7 @@ func TestAuthLocksEveryAPIEndpoint(t *testing.T) {
 // Without a token configured, no request needs one, and a token sent anyway
 // is ignored.
 func TestNoTokenConfiguredLeavesTheAPIOpen(t *testing.T) {
-	h := New(&fakeQueue{}, testOptions(), testLogger(t))
+	h := New(&fakeQueue{}, testOptions(), redistest.Logger(t))
 	for _, req := range validRequests() {
 		for _, header := range []string{"", "Bearer " + wrongToken} {
 			var headers []string
@@ -142,7 +143,7 @@ func TestOpenRoutes(t *testing.T) {
 			if tt.header != "" {
 				req.Header.Set("Authorization", tt.header)
 			}
-			rec := record(New(&fakeQueue{}, opts, testLogger(t)), req)
+			rec := record(New(&fakeQueue{}, opts, redistest.Logger(t)), req)
 			if rec.Code != tt.wantStatus {
 				t.Fatalf("GET %s: %d %s, want %d", tt.path, rec.Code, rec.Body, tt.wantStatus)
 			}
@@ -170,7 +171,7 @@ func TestOpenAccessIsPerRoute(t *testing.T) {
 	opts := testOptions()
 	opts.AuthToken = testToken
 	q := &fakeQueue{}
-	h := New(q, opts, testLogger(t))
+	h := New(q, opts, redistest.Logger(t))
 	if resp := serve(t, h, "GET", "/healthz", ""); resp.status != 200 || resp.code != 0 {
 		t.Fatalf("open GET: %d %s", resp.status, resp.raw)
 	}
@@ -236,7 +237,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		for _, method := range []string{"GET", "HEAD"} {
 			t.Run(tt.name+" "+method, func(t *testing.T) {
 				q := &fakeQueue{opErr: map[string]error{"ready": tt.readyErr}}
-				rec := record(New(q, testOptions(), testLogger(t)), newRequest(t, method, tt.path, ""))
+				rec := record(New(q, testOptions(), redistest.Logger(t)), newRequest(t, method, tt.path, ""))
 				if rec.Code != tt.wantStatus {
 					t.Fatalf("%s %s: status %d, want %d", method, tt.path, rec.Code, tt.wantStatus)
 				}
@@ -291,7 +292,7 @@ func TestReadyzNamesStaleLoops(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := &fakeQueue{loops: tt.loops, opErr: map[string]error{"ready": tt.readyErr}}
-			rec := record(New(q, testOptions(), testLogger(t)), newRequest(t, "GET", "/readyz", ""))
+			rec := record(New(q, testOptions(), redistest.Logger(t)), newRequest(t, "GET", "/readyz", ""))
 			resp, problem := parseEnvelope(rec.Code, rec.Header(), rec.Body.Bytes())
 			if problem != "" {
 				t.Fatal(problem)
@@ -316,7 +317,7 @@ func TestReadinessCheckIsBounded(t *testing.T) {
 	opts := testOptions()
 	opts.ReadyTimeout = 50 * time.Millisecond
 	start := time.Now()
-	resp := serve(t, New(&blockingReadyQueue{}, opts, testLogger(t)), "GET", "/readyz", "")
+	resp := serve(t, New(&blockingReadyQueue{}, opts, redistest.Logger(t)), "GET", "/readyz", "")
 	if resp.status != 503 || resp.msg != "not ready: redis unavailable" {
 		t.Fatalf("answer %d %s", resp.status, resp.raw)
 	}
@@ -328,7 +329,7 @@ func TestReadinessCheckIsBounded(t *testing.T) {
 func TestGetRoutesRefuseOtherMethods(t *testing.T) {
 	opts := testOptions()
 	opts.Metrics = fakeMetrics{}
-	h := New(&fakeQueue{}, opts, testLogger(t))
+	h := New(&fakeQueue{}, opts, redistest.Logger(t))
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		for _, method := range []string{"POST", "PUT", "DELETE", "CONNECT"} {
 			resp := serve(t, h, method, path, "{}")
@@ -395,7 +396,7 @@ func TestObserveRequestLabels(t *testing.T) {
 			for i := 0; i+1 < len(tt.headers); i += 2 {
 				req.Header.Set(tt.headers[i], tt.headers[i+1])
 			}
-			record(New(&fakeQueue{}, opts, testLogger(t)), req)
+			record(New(&fakeQueue{}, opts, redistest.Logger(t)), req)
 			mu.Lock()
 			defer mu.Unlock()
 			if len(got) != 1 || got[0] != tt.want {
@@ -413,7 +414,7 @@ func TestMetricsFailureIsObserved(t *testing.T) {
 	opts.ObserveRequest = func(endpoint string, code int, _ time.Duration) {
 		got = append(got, observedRequest{endpoint, code})
 	}
-	rec := record(New(&fakeQueue{}, opts, testLogger(t)), newRequest(t, "GET", "/metrics", ""))
+	rec := record(New(&fakeQueue{}, opts, redistest.Logger(t)), newRequest(t, "GET", "/metrics", ""))
 	if rec.Code != 500 || len(got) != 1 || got[0] != (observedRequest{"/metrics", 1}) {
 		t.Fatalf("status %d, observed %+v", rec.Code, got)
 	}
@@ -546,7 +547,7 @@ func TestPagesAreOpen(t *testing.T) {
 			opts.ObserveRequest = func(endpoint string, code int, _ time.Duration) {
 				observed = append(observed, observedRequest{endpoint, code})
 			}
-			rec := record(New(&fakeQueue{}, opts, testLogger(t)), newRequest(t, tt.method, tt.path, "{}"))
+			rec := record(New(&fakeQueue{}, opts, redistest.Logger(t)), newRequest(t, tt.method, tt.path, "{}"))
 			if rec.Code != tt.wantStatus {
 				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, rec.Code, rec.Body, tt.wantStatus)
 			}
@@ -564,7 +565,7 @@ func TestPagesAreOpen(t *testing.T) {
 		})
 	}
 	// Without a UI handler, /ui is an unknown path.
-	if resp := serve(t, New(&fakeQueue{}, testOptions(), testLogger(t)), "GET", "/ui/", ""); resp.status != 404 {
+	if resp := serve(t, New(&fakeQueue{}, testOptions(), redistest.Logger(t)), "GET", "/ui/", ""); resp.status != 404 {
 		t.Fatalf("GET /ui/ without pages: %d %s", resp.status, resp.raw)
 	}
 }

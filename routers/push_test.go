@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestPushAccepts(t *testing.T) {
@@ -95,7 +96,7 @@ func TestPushAccepts(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.status != 200 || resp.code != 0 || resp.raw != `{"code":0,"message":"pushed","data":null}`+"\n" {
 				t.Fatalf("answer %d %s", resp.status, resp.raw)
 			}
@@ -241,7 +242,7 @@ func TestPushRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.status != 200 || resp.code != 1 || string(resp.data) != "null" {
 				t.Fatalf("answer %d %s, want 200 with code 1", resp.status, resp.raw)
 			}
@@ -257,7 +258,7 @@ func TestPushRejects(t *testing.T) {
 
 func TestPushReplacedMessage(t *testing.T) {
 	q := &fakeQueue{pushResult: delayqueue.PushResult{Status: delayqueue.PushReplaced}}
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", `{"topic":"t","id":"1","ttr":1}`)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", `{"topic":"t","id":"1","ttr":1}`)
 	if want := `{"code":0,"message":"pushed, replacing the job with the same id","data":null}` + "\n"; resp.raw != want {
 		t.Fatalf("answer %s, want %s", resp.raw, want)
 	}
@@ -289,7 +290,7 @@ func TestPushIfAbsentAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{pushResult: delayqueue.PushResult{Status: tc.status}}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}
@@ -310,7 +311,7 @@ func TestPushBatchAccepts(t *testing.T) {
 		{"topic":" b ","id":" 2 ","delay_ms":1500,"ttr":30,"body":"x","retry":[60],"max_attempts":3},
 		{"topic":"a","id":"3","ttr":1,"if_absent":true,"unknown":5}
 	]}`
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", body)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", body)
 	want := `{"code":0,"message":"pushed 3 jobs","data":[{"id":"1","status":"created"},{"id":"2","status":"replaced"},{"id":"3","status":"exists"}]}`
 	if resp.raw != want+"\n" {
 		t.Fatalf("answer %s\nwant   %s", resp.raw, want)
@@ -337,7 +338,7 @@ func TestPushBatchAccepts(t *testing.T) {
 		q := &fakeQueue{}
 		opts := testOptions()
 		opts.MaxBodyBytes = 1 << 20
-		resp := serve(t, New(q, opts, testLogger(t)), "POST", "/push", `{"jobs":[`+strings.Join(jobs, ",")+`]}`)
+		resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", "/push", `{"jobs":[`+strings.Join(jobs, ",")+`]}`)
 		var pushed []pushedJob
 		if err := json.Unmarshal(resp.data, &pushed); resp.code != 0 || err != nil || len(pushed) != n || pushed[n-1].ID != fmt.Sprintf("j%d", n-1) {
 			t.Fatalf("batch of %d: answer %.300s", n, resp.raw)
@@ -400,7 +401,7 @@ func TestPushBatchRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.status != 200 || resp.code != 1 || resp.msg != tc.wantMsg {
 				t.Fatalf("answer %d %s\nwant code 1 %q", resp.status, resp.raw, tc.wantMsg)
 			}
@@ -418,7 +419,7 @@ func TestPushBatchRejects(t *testing.T) {
 		opts := testOptions()
 		opts.MaxBodyBytes = 1 << 20
 		body := `{"jobs":[` + strings.Repeat(`{"topic":"t","id":"1","ttr":1},`, 1000) + `{"topic":"t","id":"1","ttr":1}]}`
-		resp := serve(t, New(q, opts, testLogger(t)), "POST", "/push", body)
+		resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", "/push", body)
 		if resp.code != 1 || resp.msg != "jobs must hold 1 to 1000 jobs, got 1001" || len(q.recorded()) != 0 {
 			t.Fatalf("answer %s", resp.raw)
 		}
@@ -441,7 +442,7 @@ func TestPushBatchEngineAnswers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := serve(t, New(tc.q, testOptions(), testLogger(t)), "POST", "/push", body)
+			resp := serve(t, New(tc.q, testOptions(), redistest.Logger(t)), "POST", "/push", body)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/defaults"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // validBodies returns a valid request body for every endpoint.
@@ -106,7 +107,7 @@ func TestStatusCodes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), tc.method, tc.path, tc.body, tc.headers...)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), tc.method, tc.path, tc.body, tc.headers...)
 			if resp.status != tc.wantStatus || resp.code != tc.wantCode || resp.msg != tc.wantMsg {
 				t.Fatalf("answer %d %s\nwant %d code %d %q", resp.status, resp.raw, tc.wantStatus, tc.wantCode, tc.wantMsg)
 			}
@@ -132,7 +133,7 @@ func TestStatusCodes(t *testing.T) {
 func TestStatusCodesOverTheWire(t *testing.T) {
 	forEachFront(t, func(t *testing.T, f front) {
 		q := &fakeQueue{}
-		url := f.serve(t, q, testOptions(), testLogger(t))
+		url := f.serve(t, q, testOptions(), redistest.Logger(t))
 
 		t.Run("chunked body over the limit", func(t *testing.T) {
 			body := io.MultiReader(strings.NewReader(`{"topic":"`), strings.NewReader(strings.Repeat("x", 10000)), strings.NewReader(`"}`))
@@ -212,7 +213,7 @@ func TestQueueErrors(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(req.path+" "+req.body+"/"+tc.name, func(t *testing.T) {
 				q := &fakeQueue{err: tc.err}
-				resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", req.path, req.body)
+				resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", req.path, req.body)
 				wantMsg := tc.wantMsg
 				if errors.Is(tc.err, delayqueue.ErrStaleDelivery) && req.path != "/release" && req.path != "/touch" {
 					// Only those two carry an attempt.
@@ -304,7 +305,7 @@ func TestOptionsDefaults(t *testing.T) {
 // Every endpoint answers POST, refuses other methods with 405 and is named
 // in the answer to an unknown path.
 func TestEveryEndpointIsRouted(t *testing.T) {
-	h := New(&fakeQueue{}, testOptions(), testLogger(t))
+	h := New(&fakeQueue{}, testOptions(), redistest.Logger(t))
 	unknown := serve(t, h, "POST", "/nope", "{}")
 	for path, body := range validBodies() {
 		if resp := serve(t, h, "POST", path, body); resp.status != 200 || resp.code != 0 {

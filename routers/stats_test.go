@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestStats(t *testing.T) {
@@ -34,7 +35,7 @@ func TestStats(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{stats: tc.stats}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/stats", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/stats", tc.body)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}
@@ -52,7 +53,7 @@ func TestStats(t *testing.T) {
 		`{"topic":"\udfff"}`: "topic must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)",
 	} {
 		q := &fakeQueue{}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/stats", body)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/stats", body)
 		if resp.code != 1 || resp.msg != want || len(q.recorded()) != 0 {
 			t.Errorf("%q: answer %s, want code 1 %q", body, resp.raw, want)
 		}
@@ -62,12 +63,12 @@ func TestStats(t *testing.T) {
 func TestTopics(t *testing.T) {
 	for _, body := range []string{``, " \n", `{}`, `{"anything":1}`} {
 		q := &fakeQueue{topicNames: []string{"a", "b"}}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/topics", body)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/topics", body)
 		if want := `{"code":0,"message":"ok","data":["a","b"]}`; resp.raw != want+"\n" {
 			t.Errorf("%q: answer %s\nwant   %s", body, resp.raw, want)
 		}
 	}
-	resp := serve(t, New(&fakeQueue{}, testOptions(), testLogger(t)), "POST", "/topics", `{}`)
+	resp := serve(t, New(&fakeQueue{}, testOptions(), redistest.Logger(t)), "POST", "/topics", `{}`)
 	if want := `{"code":0,"message":"ok","data":[]}`; resp.raw != want+"\n" {
 		t.Errorf("no topics: answer %s\nwant   %s", resp.raw, want)
 	}
@@ -78,7 +79,7 @@ func TestTopics(t *testing.T) {
 		`null`: "request body must be a JSON object, got null",
 	} {
 		q := &fakeQueue{}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/topics", body)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/topics", body)
 		if resp.code != 1 || resp.msg != want || len(q.recorded()) != 0 {
 			t.Errorf("%q: answer %s, want code 1 %q", body, resp.raw, want)
 		}
@@ -103,7 +104,7 @@ func TestUpcoming(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/upcoming", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/upcoming", tc.body)
 			if resp.status != 200 || resp.code != tc.wantCode {
 				t.Fatalf("answer %d %s, want 200 with code %d", resp.status, resp.raw, tc.wantCode)
 			}
