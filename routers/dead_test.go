@@ -43,6 +43,7 @@ func runDeadCases(t *testing.T, path string, tests []deadCase) {
 }
 
 func TestDeadListRequest(t *testing.T) {
+	t.Parallel()
 	runDeadCases(t, "/dead/list", []deadCase{
 		{"defaults", `{"topic":"t"}`, queueCall{op: "deadList", topic: "t", limit: 50}, ""},
 		{"paged", `{"topic":" t ","offset":100,"limit":1000}`, queueCall{op: "deadList", topic: "t", offset: 100, limit: 1000}, ""},
@@ -59,6 +60,7 @@ func TestDeadListRequest(t *testing.T) {
 }
 
 func TestDeadListAnswers(t *testing.T) {
+	t.Parallel()
 	created := time.UnixMilli(1_700_000_000_001)
 	died := time.UnixMilli(1_700_000_100_002)
 	q := &fakeQueue{deadTotal: 7, deadJobs: []delayqueue.JobInfo{
@@ -82,6 +84,7 @@ func TestDeadListAnswers(t *testing.T) {
 }
 
 func TestDeadKickRequest(t *testing.T) {
+	t.Parallel()
 	runDeadCases(t, "/dead/kick", []deadCase{
 		{"one id", `{"topic":"t","id":" x "}`, queueCall{op: "deadKick", topic: "t", id: "x"}, ""},
 		{"the oldest", `{"topic":"t","count":10}`, queueCall{op: "deadKick", topic: "t", count: 10}, ""},
@@ -97,6 +100,7 @@ func TestDeadKickRequest(t *testing.T) {
 }
 
 func TestDeadKickAnswers(t *testing.T) {
+	t.Parallel()
 	for kicked, want := range map[string]string{
 		"a,b": `{"code":0,"message":"kicked 2","data":{"kicked":["a","b"]}}`,
 		"":    `{"code":0,"message":"kicked 0","data":{"kicked":[]}}`,
@@ -113,6 +117,7 @@ func TestDeadKickAnswers(t *testing.T) {
 }
 
 func TestDeadDeleteRequest(t *testing.T) {
+	t.Parallel()
 	runDeadCases(t, "/dead/delete", []deadCase{
 		{"one id", `{"topic":"t","id":"x"}`, queueCall{op: "deadDelete", topic: "t", id: "x"}, ""},
 		{"all", `{"topic":"t","all":true}`, queueCall{op: "deadDelete", topic: "t"}, ""},

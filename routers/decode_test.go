@@ -21,6 +21,7 @@ import (
 // TestForEachMemberMatchesTheDecoder checks the plain member scanner
 // against encoding/json's decoder on valid objects with tricky spelling.
 func TestForEachMemberMatchesTheDecoder(t *testing.T) {
+	t.Parallel()
 	for _, obj := range []string{
 		`{}`,
 		` { } `,
@@ -59,6 +60,7 @@ func TestForEachMemberMatchesTheDecoder(t *testing.T) {
 // TestForEachElementMatchesTheDecoder checks the plain element scanner
 // against encoding/json on valid arrays with tricky spelling.
 func TestForEachElementMatchesTheDecoder(t *testing.T) {
+	t.Parallel()
 	for _, arr := range []string{
 		`[]`, `[ ]`, `[1]`, ` [ 1 , "a" , null ] `, "[\n\t-1.5e3\r\n,true]",
 		`["],[\"",{"a":[1,"]"]},[[],[{}]],"\\"]`,
@@ -138,6 +140,7 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 // A body that grows in pieces, or is already in memory, is read whole, and
 // a short one fails as before.
 func TestReadKnownLength(t *testing.T) {
+	t.Parallel()
 	want := strings.Repeat("0123456789", 10000) // past bodyBufferStart
 	for _, tt := range []struct {
 		name string

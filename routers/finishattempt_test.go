@@ -14,6 +14,7 @@ import (
 // the plain one, and an attempt with ids is refused; the engine's
 // refusals are answered as /release and /touch answer them.
 func TestFinishAttemptRequests(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		body     string
@@ -68,6 +69,7 @@ func TestFinishAttemptRequests(t *testing.T) {
 
 // /delete takes no attempt: one sent is ignored, as unknown fields are.
 func TestDeleteIgnoresAttempt(t *testing.T) {
+	t.Parallel()
 	q := &fakeQueue{}
 	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/delete", `{"id":"a","attempt":2}`)
 	if resp.code != 0 {

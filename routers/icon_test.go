@@ -14,6 +14,7 @@ import (
 // logged at debug: a dashboard load leaves no info line for it, let alone
 // a 404 listing the endpoints.
 func TestIconIsServedQuietly(t *testing.T) {
+	t.Parallel()
 	icon := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/svg+xml")
 		io.WriteString(w, "<svg/>")

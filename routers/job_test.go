@@ -13,6 +13,7 @@ import (
 
 // /finish, /delete and /get take the same {"id"} body.
 func TestIDEndpoints(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		body   string
@@ -68,6 +69,7 @@ func TestIDEndpoints(t *testing.T) {
 }
 
 func TestFinishDeleteIDs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		body    string
@@ -139,6 +141,7 @@ func quotedIDs(n int) string {
 // A batch finish that meets dead letters finishes the others and says which
 // it refused.
 func TestFinishBatchDead(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		dead []string
@@ -161,6 +164,7 @@ func TestFinishBatchDead(t *testing.T) {
 }
 
 func TestGetAnswers(t *testing.T) {
+	t.Parallel()
 	due := time.UnixMilli(1_700_000_123_456)
 	created := time.UnixMilli(1_700_000_000_999)
 	tests := []struct {

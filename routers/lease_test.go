@@ -14,6 +14,7 @@ import (
 func durationPtr(d time.Duration) *time.Duration { return &d }
 
 func TestReleaseRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		body        string
@@ -63,6 +64,7 @@ func TestReleaseRequest(t *testing.T) {
 }
 
 func TestReleaseAnswers(t *testing.T) {
+	t.Parallel()
 	now := time.UnixMilli(1_700_000_000_100)
 	tests := []struct {
 		name  string
@@ -89,6 +91,7 @@ func TestReleaseAnswers(t *testing.T) {
 }
 
 func TestTouchRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		body        string
@@ -129,6 +132,7 @@ func TestTouchRequest(t *testing.T) {
 // The engine's refusals of a release or touch, with the detail the request
 // and the engine give.
 func TestLeaseRefusals(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		path    string

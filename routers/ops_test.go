@@ -64,6 +64,7 @@ func authCases() []authCase {
 // Every API endpoint, in every form, needs the token once it is set; the
 // body is not read, and the queue not called, without it.
 func TestAuthLocksEveryAPIEndpoint(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.AuthToken = testToken
 	for _, req := range validRequests() {
@@ -99,6 +100,7 @@ func TestAuthLocksEveryAPIEndpoint(t *testing.T) {
 // Without a token configured, no request needs one, and a token sent anyway
 // is ignored.
 func TestNoTokenConfiguredLeavesTheAPIOpen(t *testing.T) {
+	t.Parallel()
 	h := New(&fakeQueue{}, testOptions(), redistest.Logger(t))
 	for _, req := range validRequests() {
 		for _, header := range []string{"", "Bearer " + wrongToken} {
@@ -115,6 +117,7 @@ func TestNoTokenConfiguredLeavesTheAPIOpen(t *testing.T) {
 
 // The probes stay open with a token; /metrics is open unless metrics_auth.
 func TestOpenRoutes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		metricsAuth bool
@@ -168,6 +171,7 @@ func TestOpenRoutes(t *testing.T) {
 // A route marked open serves without the token while the API next to it
 // needs it: the hook static pages (a dashboard) use.
 func TestOpenAccessIsPerRoute(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.AuthToken = testToken
 	q := &fakeQueue{}
@@ -187,6 +191,7 @@ func TestOpenAccessIsPerRoute(t *testing.T) {
 // Neither the right nor a wrong token shows up in the logs, at any level,
 // whatever the endpoint.
 func TestTokenIsNeverLogged(t *testing.T) {
+	t.Parallel()
 	var logs lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts := testOptions()
@@ -216,6 +221,7 @@ func TestTokenIsNeverLogged(t *testing.T) {
 }
 
 func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		path       string
@@ -262,6 +268,7 @@ func TestHealthAndReadiness(t *testing.T) {
 // A ready instance whose background loops fell behind stays 200 and names
 // them in the answer; fresh or idle loops leave the answer as it was.
 func TestReadyzNamesStaleLoops(t *testing.T) {
+	t.Parallel()
 	fresh := delayqueue.LoopStatus{Loop: delayqueue.LoopDispatcher, Behind: time.Second, StaleAfter: 10 * time.Second}
 	staleScanner := delayqueue.LoopStatus{Loop: delayqueue.LoopScanner, Behind: 12 * time.Second, StaleAfter: 5 * time.Second}
 	staleSweeper := delayqueue.LoopStatus{Loop: delayqueue.LoopDeadSweeper, Behind: 200 * time.Second, StaleAfter: 180 * time.Second}
@@ -314,6 +321,7 @@ func (q *blockingReadyQueue) Ready(ctx context.Context) error {
 }
 
 func TestReadinessCheckIsBounded(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.ReadyTimeout = 50 * time.Millisecond
 	start := time.Now()
@@ -327,6 +335,7 @@ func TestReadinessCheckIsBounded(t *testing.T) {
 }
 
 func TestGetRoutesRefuseOtherMethods(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.Metrics = fakeMetrics{}
 	h := New(&fakeQueue{}, opts, redistest.Logger(t))
@@ -353,6 +362,7 @@ type observedRequest struct {
 // The endpoint label is the route, or "unknown": a scanner probing paths
 // cannot grow it.
 func TestObserveRequestLabels(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		method  string
@@ -408,6 +418,7 @@ func TestObserveRequestLabels(t *testing.T) {
 
 // A failing metrics handler counts as a failure.
 func TestMetricsFailureIsObserved(t *testing.T) {
+	t.Parallel()
 	var got []observedRequest
 	opts := testOptions()
 	opts.Metrics = fakeMetrics{status: http.StatusInternalServerError}
@@ -423,6 +434,7 @@ func TestMetricsFailureIsObserved(t *testing.T) {
 // Every request logs at info, except probe and scrape successes (debug);
 // failures carry their message.
 func TestRequestLogLevels(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		method, path, body string
 		readyErr           error
@@ -524,6 +536,7 @@ func (fakePages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Static pages load without the token while the API next to them needs it.
 func TestPagesAreOpen(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		method, path string
 		wantStatus   int

@@ -13,6 +13,7 @@ import (
 )
 
 func TestPopRequest(t *testing.T) {
+	t.Parallel()
 	manyTopics := func(n int) string {
 		parts := make([]string, n)
 		for i := range parts {
@@ -52,6 +53,7 @@ func TestPopRequest(t *testing.T) {
 }
 
 func TestPopRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		body string
@@ -96,6 +98,7 @@ func TestPopRejects(t *testing.T) {
 }
 
 func TestPopAnswers(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		delivery *delayqueue.Delivery
@@ -117,6 +120,7 @@ func TestPopAnswers(t *testing.T) {
 }
 
 func TestPopCount(t *testing.T) {
+	t.Parallel()
 	a := &delayqueue.Delivery{ID: "1", Topic: "t", Body: "a", TTR: time.Second, Attempts: 1}
 	b := &delayqueue.Delivery{ID: "2", Topic: "u", Body: "b", TTR: 30 * time.Second, Attempts: 4}
 	tests := []struct {

@@ -13,6 +13,7 @@ import (
 )
 
 func TestPushAccepts(t *testing.T) {
+	t.Parallel()
 	long := func(n int) string { return strings.Repeat("x", n) }
 	tests := []struct {
 		name string
@@ -112,6 +113,7 @@ func TestPushAccepts(t *testing.T) {
 }
 
 func TestPushRejects(t *testing.T) {
+	t.Parallel()
 	const valid = `"topic":"t","id":"1","ttr":1`
 	tests := []struct {
 		name string
@@ -257,6 +259,7 @@ func TestPushRejects(t *testing.T) {
 }
 
 func TestPushReplacedMessage(t *testing.T) {
+	t.Parallel()
 	q := &fakeQueue{pushResult: delayqueue.PushResult{Status: delayqueue.PushReplaced}}
 	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", `{"topic":"t","id":"1","ttr":1}`)
 	if want := `{"code":0,"message":"pushed, replacing the job with the same id","data":null}` + "\n"; resp.raw != want {
@@ -274,6 +277,7 @@ func repeatInt(n, times int) []int {
 
 // if_absent: data says whether the job existed; without it data stays null.
 func TestPushIfAbsentAnswers(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		body   string
@@ -303,6 +307,7 @@ func TestPushIfAbsentAnswers(t *testing.T) {
 }
 
 func TestPushBatchAccepts(t *testing.T) {
+	t.Parallel()
 	q := &fakeQueue{pushResults: []delayqueue.PushResult{
 		{Status: delayqueue.PushCreated}, {Status: delayqueue.PushReplaced}, {Status: delayqueue.PushExists},
 	}}
@@ -350,6 +355,7 @@ func TestPushBatchAccepts(t *testing.T) {
 }
 
 func TestPushBatchRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		body     string
@@ -428,6 +434,7 @@ func TestPushBatchRejects(t *testing.T) {
 
 // The engine's answer is checked, not trusted blindly.
 func TestPushBatchEngineAnswers(t *testing.T) {
+	t.Parallel()
 	body := `{"jobs":[{"topic":"t","id":"1","ttr":1},{"topic":"t","id":"2","ttr":1}]}`
 	tests := []struct {
 		name string

@@ -57,6 +57,7 @@ func validRequests() []validRequest {
 }
 
 func TestStatusCodes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		method     string
@@ -188,6 +189,7 @@ func TestStatusCodesOverTheWire(t *testing.T) {
 // Engine errors: the sentinels reach the client as clear messages, the
 // rest as "internal error" without detail. All are 200 with code 1.
 func TestQueueErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		err     error
@@ -256,6 +258,7 @@ func TestPanicIsAnswered(t *testing.T) {
 
 // One line per request, with the job's topic and id, and never its body.
 func TestRequestLog(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	q := &fakeQueue{delivery: &delayqueue.Delivery{ID: "job-9", Topic: "mail", Body: "secret-delivered", TTR: 5e9, Attempts: 1}}
@@ -290,6 +293,7 @@ func TestRequestLog(t *testing.T) {
 }
 
 func TestOptionsDefaults(t *testing.T) {
+	t.Parallel()
 	got := Options{}.withDefaults()
 	want := Options{MaxBodyBytes: defaults.MaxBodyBytes, MaxJobBodyBytes: defaults.MaxJobBodyBytes,
 		BlockTimeout: defaults.QueueBlockTimeout, MaxHeldPops: defaults.MaxHeldPops, ReadyTimeout: 2 * time.Second}
@@ -305,6 +309,7 @@ func TestOptionsDefaults(t *testing.T) {
 // Every endpoint answers POST, refuses other methods with 405 and is named
 // in the answer to an unknown path.
 func TestEveryEndpointIsRouted(t *testing.T) {
+	t.Parallel()
 	h := New(&fakeQueue{}, testOptions(), redistest.Logger(t))
 	unknown := serve(t, h, "POST", "/nope", "{}")
 	for path, body := range validBodies() {

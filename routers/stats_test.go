@@ -9,6 +9,7 @@ import (
 )
 
 func TestStats(t *testing.T) {
+	t.Parallel()
 	counts := map[string]delayqueue.TopicStats{
 		"mail":  {Delay: 1, Ready: 2, Reserved: 3, Dead: 4},
 		"order": {},
@@ -61,6 +62,7 @@ func TestStats(t *testing.T) {
 }
 
 func TestTopics(t *testing.T) {
+	t.Parallel()
 	for _, body := range []string{``, " \n", `{}`, `{"anything":1}`} {
 		q := &fakeQueue{topicNames: []string{"a", "b"}}
 		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/topics", body)
@@ -87,6 +89,7 @@ func TestTopics(t *testing.T) {
 }
 
 func TestUpcoming(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		body      string
