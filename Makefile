@@ -25,10 +25,16 @@ run: ## start the server on 127.0.0.1:9277 with an in-memory Redis (nothing to i
 build: ## build the binaries into bin/, with the version from git describe
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-test: ## run every test with the race detector, then fuzz the request parsing and decoding briefly
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+# The suite runs last, through tools/testsummary: it prints what go test
+# prints (the packages' results, the output of the tests that failed) and
+# ends with the tests that were skipped and why; make test exits with go
+# test's status.
+test: ## fuzz the request parsing and decoding briefly, then run every test with the race detector and list the skipped ones
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime 10s ./routers/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeadAgreesWithNetHTTP$$' -fuzztime 10s ./internal/http1/
+	@dir="$$(mktemp -d)" && $(GO) build -o "$$dir/testsummary" ./tools/testsummary && \
+	"$$dir/testsummary" $(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) ./...; \
+	status=$$?; rm -rf "$$dir"; exit $$status
 
 lint: ## check formatting (gofmt) and run go vet
 	@unformatted="$$(gofmt -l .)"; \

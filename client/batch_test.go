@@ -59,6 +59,7 @@ func partialOf(t *testing.T, err error) *client.PartialBatchError {
 }
 
 func TestPartialBatchAnswers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	jobs := func(ids ...string) []client.PushJob {
 		var out []client.PushJob
@@ -182,10 +183,11 @@ func TestPartialBatchAnswers(t *testing.T) {
 // job's status; once the node is back, pushing the whole batch again stores
 // the rest and only replaces what was stored.
 func TestPartialBatchOnACluster(t *testing.T) {
+	t.Parallel()
 	// Without full coverage the other primaries keep serving their slots
 	// while one is down, so exactly one partition fails.
 	cluster := redistest.StartCluster(t, 3, 0, "cluster-require-full-coverage no")
-	logger := testLogger(t)
+	logger := redistest.Logger(t)
 	redisOpts := redisconn.Options{ClusterAddrs: cluster.Addrs(), MaxIdle: 4, ConnectTimeout: time.Second,
 		ReadTimeout: 2*serverBlockTimeout + 5*time.Second, WriteTimeout: 3 * time.Second}
 	q := enginetest.StartWith(t, redisOpts, delayqueue.Options{

@@ -21,7 +21,8 @@ import (
 
 // The endpoints of the core API: push, pop, finish, delete, get.
 func TestCoreEndpoints(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, url string) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, url string) {
 		ctx := context.Background()
 		c := client.New(url)
 
@@ -123,7 +124,8 @@ func TestCoreEndpoints(t *testing.T) {
 // The lifecycle endpoints: batches, release, touch, stats, topics and the
 // dead letters.
 func TestLifecycleEndpoints(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, url string) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, url string) {
 		ctx := context.Background()
 		c := client.New(url)
 
@@ -414,6 +416,7 @@ func messageOf(err error) string {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	addr := redistest.Mini(t).Addr()
 	url := startServerWith(t, addr, routers.Options{BlockTimeout: serverBlockTimeout, MaxBodyBytes: 1024})
 	ctx := context.Background()
@@ -526,6 +529,7 @@ func recordingServer(t *testing.T, answer string) (*httptest.Server, func() []re
 }
 
 func TestRequestsOnTheWire(t *testing.T) {
+	t.Parallel()
 	srv, seen := recordingServer(t, `{"code":0,"message":"ok","data":null}`)
 	ctx := context.Background()
 
@@ -640,6 +644,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // empty answer arrives before the client gives up; canceling the context
 // ends the long poll at once.
 func TestPopDeadlines(t *testing.T) {
+	t.Parallel()
 	url := startServer(t, redistest.Mini(t).Addr())
 	ctx := context.Background()
 

@@ -76,7 +76,7 @@ func runWorker(t *testing.T, w *client.Worker) (stop func() error) {
 // waitFinished waits until none of ids is left on the server.
 func waitFinished(t *testing.T, c *client.Client, timeout time.Duration, ids ...string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("jobs %v finished", ids), timeout, func() bool {
+	redistest.WaitFor(t, timeout, fmt.Sprintf("jobs %v finished", ids), func() bool {
 		for _, id := range ids {
 			if info, err := c.Get(context.Background(), id); err != nil || info != nil {
 				return false
@@ -87,14 +87,15 @@ func waitFinished(t *testing.T, c *client.Client, timeout time.Duration, ids ...
 }
 
 func TestWorker(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, url string) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, url string) {
 		c := client.New(url)
 		noBackoff := func(int) time.Duration { return 0 }
 
 		t.Run("finishes on success", func(t *testing.T) {
 			t.Parallel()
 			var log deliveryLog
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-ok"}, Concurrency: 3, Logger: testLogger(t),
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-ok"}, Concurrency: 3, Logger: redistest.Logger(t),
 				Handler: func(ctx context.Context, job client.Job) error { log.add(job); return nil }}
 			stop := runWorker(t, w)
 			ids := []string{"ok1", "ok2", "ok3", "ok4", "ok5"}
@@ -121,7 +122,7 @@ func TestWorker(t *testing.T) {
 		t.Run("releases on error, redelivered with attempts 2", func(t *testing.T) {
 			t.Parallel()
 			var log deliveryLog
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-err"}, Logger: testLogger(t), Backoff: noBackoff,
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-err"}, Logger: redistest.Logger(t), Backoff: noBackoff,
 				Handler: func(ctx context.Context, job client.Job) error {
 					log.add(job)
 					if job.Attempts == 1 {
@@ -140,7 +141,7 @@ func TestWorker(t *testing.T) {
 		t.Run("panic becomes a release", func(t *testing.T) {
 			t.Parallel()
 			var log deliveryLog
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-panic"}, Logger: testLogger(t), Backoff: noBackoff,
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-panic"}, Logger: redistest.Logger(t), Backoff: noBackoff,
 				Handler: func(ctx context.Context, job client.Job) error {
 					log.add(job)
 					if job.Attempts == 1 {
@@ -163,7 +164,7 @@ func TestWorker(t *testing.T) {
 			t.Parallel()
 			const retryAfterID = "ra"
 			var log deliveryLog
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-backoff"}, Concurrency: 3, Logger: testLogger(t),
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-backoff"}, Concurrency: 3, Logger: redistest.Logger(t),
 				Backoff: func(attempts int) time.Duration { return time.Duration(attempts) * time.Second },
 				Handler: func(ctx context.Context, job client.Job) error {
 					log.add(job)
@@ -207,7 +208,7 @@ func TestWorker(t *testing.T) {
 		t.Run("touches a handler running past its ttr", func(t *testing.T) {
 			t.Parallel()
 			var log deliveryLog
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-long"}, Concurrency: 2, Logger: testLogger(t),
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-long"}, Concurrency: 2, Logger: redistest.Logger(t),
 				Handler: func(ctx context.Context, job client.Job) error {
 					log.add(job)
 					select { // the work itself: 2.5 ttrs long
@@ -229,7 +230,7 @@ func TestWorker(t *testing.T) {
 			t.Parallel()
 			causes := make(chan error, 1)
 			started := make(chan struct{})
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-lost"}, Logger: testLogger(t),
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-lost"}, Logger: redistest.Logger(t),
 				Handler: func(ctx context.Context, job client.Job) error {
 					close(started)
 					select {
@@ -255,7 +256,7 @@ func TestWorker(t *testing.T) {
 			t.Parallel()
 			started := make(chan struct{})
 			proceed := make(chan struct{})
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-stop"}, Concurrency: 2, Logger: testLogger(t),
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-stop"}, Concurrency: 2, Logger: redistest.Logger(t),
 				Handler: func(ctx context.Context, job client.Job) error {
 					close(started)
 					<-proceed
@@ -284,7 +285,7 @@ func TestWorker(t *testing.T) {
 			t.Parallel()
 			started := make(chan struct{})
 			causes := make(chan error, 1)
-			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-stoptimeout"}, Logger: testLogger(t),
+			w := &client.Worker{Client: c, PollTimeout: serverBlockTimeout, Topics: []string{"w-stoptimeout"}, Logger: redistest.Logger(t),
 				StopTimeout: 100 * time.Millisecond, Backoff: func(int) time.Duration { return time.Hour },
 				Handler: func(ctx context.Context, job client.Job) error {
 					close(started)
@@ -310,6 +311,7 @@ func TestWorker(t *testing.T) {
 }
 
 func TestWorkerCancelDuringLongPoll(t *testing.T) {
+	t.Parallel()
 	url := startServer(t, redistest.Mini(t).Addr())
 	polling := make(chan struct{}, 1)
 	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -322,7 +324,7 @@ func TestWorkerCancelDuringLongPoll(t *testing.T) {
 		return http.DefaultTransport.RoundTrip(r)
 	})}
 	w := &client.Worker{Client: client.New(url, client.WithHTTPClient(hc)), Topics: []string{"idle"}, Concurrency: 4,
-		PollTimeout: serverBlockTimeout, Logger: testLogger(t),
+		PollTimeout: serverBlockTimeout, Logger: redistest.Logger(t),
 		Handler: func(ctx context.Context, job client.Job) error { return nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -344,6 +346,7 @@ func TestWorkerCancelDuringLongPoll(t *testing.T) {
 }
 
 func TestWorkerConfiguration(t *testing.T) {
+	t.Parallel()
 	handler := func(ctx context.Context, job client.Job) error { return nil }
 	c := client.New("http://127.0.0.1:1")
 	tests := []struct {
@@ -393,7 +396,7 @@ func TestWorkerConfiguration(t *testing.T) {
 		srv := httptest.NewServer(http.NotFoundHandler())
 		dead := srv.URL
 		srv.Close()
-		w := client.Worker{Client: client.New(dead), Topics: []string{"t"}, Handler: handler, Logger: testLogger(t)}
+		w := client.Worker{Client: client.New(dead), Topics: []string{"t"}, Handler: handler, Logger: redistest.Logger(t)}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		if err := w.Run(ctx); err != nil {
@@ -403,6 +406,7 @@ func TestWorkerConfiguration(t *testing.T) {
 }
 
 func TestDefaultBackoff(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		attempts int
 		want     time.Duration

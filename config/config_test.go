@@ -11,6 +11,7 @@ import (
 )
 
 func TestDefaultMatchesTheOriginal(t *testing.T) {
+	t.Parallel()
 	got := Default()
 	want := Config{
 		BindAddress:           "0.0.0.0:9277",
@@ -60,6 +61,7 @@ func TestDefaultMatchesTheOriginal(t *testing.T) {
 
 // The original's files must load unchanged.
 func TestLoadOriginalFiles(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file         string
 		change       func(*Config)
@@ -107,6 +109,7 @@ func TestLoadOriginalFiles(t *testing.T) {
 }
 
 func TestParseValues(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		ini          string
@@ -332,6 +335,7 @@ cluster = yes
 }
 
 func TestParseErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		ini  string
@@ -439,6 +443,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestValidateCatchesChangesAfterLoad(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		change func(*Config)
@@ -476,6 +481,7 @@ func TestValidateCatchesChangesAfterLoad(t *testing.T) {
 
 // The token is a secret: an error about it never shows it.
 func TestAuthTokenErrorHidesTheToken(t *testing.T) {
+	t.Parallel()
 	for _, token := range []string{"has space secret-secret", "tab\tsecret-secret-secret", "non-ascii-secret-é-secret"} {
 		cfg := Default()
 		cfg.AuthToken = token
@@ -490,6 +496,7 @@ func TestAuthTokenErrorHidesTheToken(t *testing.T) {
 }
 
 func TestApplyEnv(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		fileToken   string
@@ -525,6 +532,7 @@ func TestApplyEnv(t *testing.T) {
 }
 
 func TestLoadNamesTheFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.conf")
 	if _, _, err := Load(missing); err == nil || !strings.Contains(err.Error(), missing) {
@@ -545,6 +553,7 @@ func TestLoadNamesTheFile(t *testing.T) {
 }
 
 func TestParseLogLevel(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    slog.Level
@@ -571,6 +580,7 @@ func TestParseLogLevel(t *testing.T) {
 // The shipped delay-queue.conf documents every key with its default; only
 // bind_address differs, on purpose (loopback, see the file).
 func TestShippedConfDocumentsEveryKey(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("..", "delay-queue.conf")
 	got, warnings, err := Load(path)
 	if err != nil {
@@ -611,6 +621,7 @@ func lastLine(s string) string {
 }
 
 func TestRedisConnectivitySettings(t *testing.T) {
+	t.Parallel()
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -694,6 +705,7 @@ func TestRedisConnectivitySettings(t *testing.T) {
 }
 
 func TestRedisConnectivityErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	missingCA := filepath.Join(dir, "missing.pem")
 	tests := []struct {
@@ -737,6 +749,7 @@ func TestRedisConnectivityErrors(t *testing.T) {
 // -embedded sets redis.host after the file is read; the settings meant for
 // a remote Redis must not stop it.
 func TestEmbeddedIgnoresRemoteSettings(t *testing.T) {
+	t.Parallel()
 	cfg := Default()
 	cfg.Redis.SentinelAddrs = []string{"10.0.0.1:26379"}
 	cfg.Redis.MasterName = "m"
@@ -750,6 +763,7 @@ func TestEmbeddedIgnoresRemoteSettings(t *testing.T) {
 // Lowering one key alone never stops a start: related limits are capped
 // where they are used.
 func TestLimitsCappedByRelatedKeys(t *testing.T) {
+	t.Parallel()
 	cfg, _, err := Parse([]byte("max_body_bytes = 1024\nshutdown_timeout = 4\ncallback_concurrency = 2\n"))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
@@ -768,6 +782,7 @@ func TestLimitsCappedByRelatedKeys(t *testing.T) {
 
 // redis.read_timeout = 0 means no timeout: no held pop can hit it.
 func TestNoReadTimeoutIsValid(t *testing.T) {
+	t.Parallel()
 	if _, _, err := Parse([]byte("redis.read_timeout = 0\n")); err != nil {
 		t.Fatalf("Parse: %v", err)
 	}

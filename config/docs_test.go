@@ -14,6 +14,7 @@ import (
 // from. (The shipped delay-queue.conf is checked by
 // TestShippedConfDocumentsEveryKey.)
 func TestDocumentedDefaultsAreTheDefaults(t *testing.T) {
+	t.Parallel()
 	paths, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)

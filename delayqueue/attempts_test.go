@@ -12,6 +12,7 @@ import (
 // released at once until it dies, and the deliveries are counted. An
 // unlimited job (limit 0) outlives more deliveries than any limited one.
 func TestAttemptsLimitIsWhatTheScriptsEnforce(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()

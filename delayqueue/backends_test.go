@@ -39,15 +39,19 @@ type testRedis struct {
 	cluster *redistest.Cluster
 }
 
+// newTestRedis is how the engine reaches r, a Redis from a redistest
+// backend: db 1 of one server, or the cluster's nodes (db 0).
+func newTestRedis(r *redistest.Redis) *testRedis {
+	if r.Cluster == nil {
+		return onServer(r.Addr)
+	}
+	c := onCluster(r.Cluster)
+	c.namespace = r.Namespace
+	return c
+}
+
 // onServer is the Redis server at addr, the test's own.
 func onServer(addr string) *testRedis { return &testRedis{opts: testRedisOptions(addr)} }
-
-// onSharedCluster is the shared cluster, with a namespace for this test.
-func onSharedCluster(t *testing.T) *testRedis {
-	r := onCluster(sharedCluster.Get(t))
-	r.namespace = sharedCluster.Namespace()
-	return r
-}
 
 // onCluster is the cluster c, the test's own.
 func onCluster(c *redistest.Cluster) *testRedis {
@@ -62,41 +66,28 @@ func testRedisOptions(addr string) redisconn.Options {
 		ReadTimeout: 10 * time.Second, WriteTimeout: 3 * time.Second}
 }
 
-// backend is one kind of Redis the engine tests run on.
-type backend struct {
-	name  string
-	start func(t *testing.T) *testRedis
-}
-
-var (
-	miniBackend    = backend{"miniredis", func(t *testing.T) *testRedis { return onServer(redistest.Mini(t).Addr()) }}
-	serverBackend  = backend{"redis", func(t *testing.T) *testRedis { return onServer(redistest.Start(t).Addr) }}
-	clusterBackend = backend{"cluster", onSharedCluster}
-)
-
 // forEachBackend runs f on miniredis, on a real redis-server, and on the
-// shared Redis Cluster of three primaries.
+// shared Redis Cluster of three primaries, in parallel (redistest.ForEach).
 func forEachBackend(t *testing.T, f func(t *testing.T, r *testRedis)) {
-	runOn(t, []backend{miniBackend, serverBackend, clusterBackend}, f)
+	runOn(t, []redistest.Backend{redistest.MiniBackend(), redistest.ServerBackend(), sharedCluster.Backend()}, f)
 }
 
 // forEachRealBackend runs f on a real redis-server and on the shared
 // cluster, for what miniredis does not do (WAIT).
 func forEachRealBackend(t *testing.T, f func(t *testing.T, r *testRedis)) {
-	runOn(t, []backend{serverBackend, clusterBackend}, f)
+	runOn(t, []redistest.Backend{redistest.ServerBackend(), sharedCluster.Backend()}, f)
 }
 
 // forEachStandaloneBackend runs f on miniredis and on a real
 // redis-server, for what never runs on a cluster: the migrations from
 // layouts that never ran on one (Options.Cluster skips them).
 func forEachStandaloneBackend(t *testing.T, f func(t *testing.T, r *testRedis)) {
-	runOn(t, []backend{miniBackend, serverBackend}, f)
+	runOn(t, redistest.StandaloneBackends(), f)
 }
 
-func runOn(t *testing.T, backends []backend, f func(t *testing.T, r *testRedis)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { f(t, b.start(t)) })
-	}
+func runOn(t *testing.T, backends []redistest.Backend, f func(t *testing.T, r *testRedis)) {
+	t.Helper()
+	redistest.ForEach(t, backends, func(t *testing.T, r *redistest.Redis) { f(t, newTestRedis(r)) })
 }
 
 // queueOptions are opts with the test's namespace put in front of the key

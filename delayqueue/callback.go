@@ -147,6 +147,12 @@ func (q *Queue) WaitCallbacks(ctx context.Context, timeout time.Duration) {
 	}
 }
 
+// WaitingForCallbacks reports whether a caller of this process waits in
+// WaitCallbacks now, so that a callback job made ready will wake it. Tests
+// of the wake-up wait on it before they push: a job pushed while the
+// dispatcher is still claiming is taken by that claim, woken or not.
+func (q *Queue) WaitingForCallbacks() bool { return q.waiters.hooksWanted() }
+
 // CallbackSucceeded finishes a webhook job whose call answered 2xx.
 func (q *Queue) CallbackSucceeded(ctx context.Context, id string) error {
 	_, err := q.FinishBatch(ctx, []string{id})

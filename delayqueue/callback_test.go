@@ -5,9 +5,12 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestCallbackJobsGoToDispatchersOnly(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -52,6 +55,7 @@ func TestCallbackJobsGoToDispatchersOnly(t *testing.T) {
 }
 
 func TestCallbackDefaultBackoff(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -73,6 +77,7 @@ func TestCallbackDefaultBackoff(t *testing.T) {
 }
 
 func TestCallbackValidation(t *testing.T) {
+	t.Parallel()
 	for _, cb := range []Callback{
 		{URL: "ftp://x/"}, {URL: "/relative"}, {URL: "http://"}, {URL: "http://u:p@x/"},
 		{URL: "http://x/", Method: "GET"},
@@ -97,6 +102,7 @@ func TestCallbackValidation(t *testing.T) {
 // (UnclaimCallback) is ready again with its attempt not counted; a
 // success finishes the job.
 func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -108,7 +114,7 @@ func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
 			q.WaitCallbacks(ctx, 20*time.Second)
 			close(woken)
 		}()
-		waitFor(t, 5*time.Second, "the dispatcher waiting", q.waiters.hooksWanted)
+		redistest.WaitFor(t, 5*time.Second, "the dispatcher waiting", q.WaitingForCallbacks)
 		if _, err := q.Push(ctx, Job{Topic: "pay", ID: ids[0], TTR: time.Minute, Delay: 200 * time.Millisecond, Callback: cb}); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +124,7 @@ func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
 			t.Fatal("the waiting dispatcher was not woken by a callback job made ready")
 		}
 		var first []CallbackDelivery
-		waitFor(t, 5*time.Second, "the delayed callback job claimed", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "the delayed callback job claimed", func() bool {
 			var err error
 			first, err = q.ClaimCallbacks(ctx, 10)
 			if err != nil {

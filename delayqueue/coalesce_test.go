@@ -9,9 +9,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
+	t.Parallel()
 	var execs, maxBatch atomic.Int64
 	release := make(chan struct{})
 	c := newCoalescer(1, 50, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
@@ -39,7 +42,7 @@ func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
 		}()
 	}
 	// Let the calls queue behind the first execution, then let them all run.
-	waitFor(t, 5*time.Second, "calls queued", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "calls queued", func() bool {
 		c.group.mu.Lock()
 		defer c.group.mu.Unlock()
 		return len(c.pending) >= n-1
@@ -54,6 +57,7 @@ func TestCoalescerBatchesConcurrentCalls(t *testing.T) {
 // A leader yields before it takes its batch: calls queued meanwhile join
 // its script call instead of waiting for the next one.
 func TestLeaderTakesCallsQueuedWhileItYields(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var batches []int
 	c := newCoalescer(1, 50, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
@@ -76,7 +80,7 @@ func TestLeaderTakesCallsQueuedWhileItYields(t *testing.T) {
 					}
 				}()
 			}
-			waitFor(t, 5*time.Second, "the other calls queued", func() bool {
+			redistest.WaitFor(t, 5*time.Second, "the other calls queued", func() bool {
 				c.group.mu.Lock()
 				defer c.group.mu.Unlock()
 				return len(c.pending) == 1+others
@@ -98,6 +102,7 @@ func TestLeaderTakesCallsQueuedWhileItYields(t *testing.T) {
 // calls of single items at once, the next single queued behind them, and
 // batches running beside them, batchSlots at a time.
 func TestLanesSlotsBySize(t *testing.T) {
+	t.Parallel()
 	var running atomic.Int64
 	entered := make(chan []int, 10)
 	release := make(chan struct{})
@@ -136,7 +141,7 @@ func TestLanesSlotsBySize(t *testing.T) {
 		enters("a single call with a free slot", 1, 1)
 	}
 	call(99)
-	waitFor(t, 5*time.Second, "a single call queued", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "a single call queued", func() bool {
 		l.single.group.mu.Lock()
 		defer l.single.group.mu.Unlock()
 		return len(l.single.pending) == 1
@@ -164,6 +169,7 @@ func TestLanesSlotsBySize(t *testing.T) {
 // callers do: many calls, some cancelled while queued or while handed a
 // slot, all end, and every slot is free at the end.
 func TestCoalescerSlotsSurviveCancellations(t *testing.T) {
+	t.Parallel()
 	for _, slots := range []int{1, 2} {
 		var running, most atomic.Int64
 		c := newCoalescer(slots, 5, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
@@ -211,6 +217,7 @@ func TestCoalescerSlotsSurviveCancellations(t *testing.T) {
 // A call withdrawn after a leader handed it a slot passes the slot on: to
 // the next queued call, or back to the coalescer when none is queued.
 func TestWithdrawnCallPassesItsSlotOn(t *testing.T) {
+	t.Parallel()
 	c := newCoalescer(1, 10, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) { return items, nil })
 	call := func(item int) *coalescedCall[int, int] {
 		return &coalescedCall[int, int]{item: item, done: make(chan struct{}), lead: make(chan struct{}, 1)}
@@ -239,6 +246,7 @@ func TestWithdrawnCallPassesItsSlotOn(t *testing.T) {
 }
 
 func TestCoalescerErrorsAndCancellation(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	block := make(chan struct{})
 	c := newCoalescer(1, 10, func(int) int { return 1 }, func(_ context.Context, items []int) ([]int, error) {
@@ -249,7 +257,7 @@ func TestCoalescerErrorsAndCancellation(t *testing.T) {
 	})
 	first := make(chan error, 1)
 	go func() { _, err := c.do(context.Background(), 0); first <- err }()
-	waitFor(t, 5*time.Second, "first call running", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "first call running", func() bool {
 		c.group.mu.Lock()
 		defer c.group.mu.Unlock()
 		return c.group.leaders == 1 && len(c.pending) == 0
@@ -269,6 +277,7 @@ func TestCoalescerErrorsAndCancellation(t *testing.T) {
 // goroutines at once, so that coalesced script calls replace a job created
 // earlier in the same call: the counters must still match the one job left.
 func TestConcurrentRePushesKeepCountersRight(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		var wg sync.WaitGroup
@@ -308,6 +317,7 @@ func TestConcurrentRePushesKeepCountersRight(t *testing.T) {
 // push.lua call, as the coalescer may: the later one wins, with no stale
 // index entry delivering the job early or twice.
 func TestOneScriptCallPushingAnIDTwice(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -353,6 +363,7 @@ func TestOneScriptCallPushingAnIDTwice(t *testing.T) {
 // whatever their state, and an id given twice is removed once, as if the
 // calls ran one after the other.
 func TestOneScriptCallRemovingJobsInEveryState(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		// One partition, so that one call can hold every job.
 		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 1 })
@@ -396,6 +407,7 @@ func TestOneScriptCallRemovingJobsInEveryState(t *testing.T) {
 // slot goes to the other partition's queued calls before the same
 // partition's again.
 func TestCoalescersOfAGroupShareItsSlots(t *testing.T) {
+	t.Parallel()
 	g := newSlotGroup[int, int](1)
 	var running, most atomic.Int64
 	var mu sync.Mutex
@@ -434,13 +446,13 @@ func TestCoalescersOfAGroupShareItsSlots(t *testing.T) {
 		}
 	}
 	call(a, 1) // leads, and waits at a's gate
-	waitFor(t, 5*time.Second, "a's first script call", func() bool { return running.Load() == 1 })
+	redistest.WaitFor(t, 5*time.Second, "a's first script call", func() bool { return running.Load() == 1 })
 	call(b, 2)
-	waitFor(t, 5*time.Second, "b's call queued", queued(b, 1))
+	redistest.WaitFor(t, 5*time.Second, "b's call queued", queued(b, 1))
 	call(a, 3)
-	waitFor(t, 5*time.Second, "a's second call queued", queued(a, 1))
+	redistest.WaitFor(t, 5*time.Second, "a's second call queued", queued(a, 1))
 	close(gates["a"])
-	waitFor(t, 5*time.Second, "b's script call", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "b's script call", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(order) == 2

@@ -2,8 +2,6 @@ package delayqueue
 
 import (
 	"context"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +24,7 @@ func connectivityOptions() redisconn.Options {
 func exerciseQueue(t *testing.T, ro redisconn.Options) {
 	t.Helper()
 	q := startQueue(t, ro, Options{BucketSize: 2, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-		BlockTimeout: 5 * time.Second}, connectivityLogger(t))
+		BlockTimeout: 5 * time.Second}, redistest.Logger(t))
 	ctx := context.Background()
 	if _, err := q.Push(ctx, Job{Topic: "conn", ID: "c1", Delay: 50 * time.Millisecond, TTR: 5 * time.Second, Body: "b"}); err != nil {
 		t.Fatalf("Push: %v", err)
@@ -45,23 +43,13 @@ func exerciseQueue(t *testing.T, ro redisconn.Options) {
 	}
 }
 
-type connectivityLogWriter struct{ t testing.TB }
-
-func (w connectivityLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func connectivityLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(connectivityLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 // The permissions docs/operations.md lists for the server's ACL user are
 // all the engine needs: every command and script of a job's life passes.
 // On one server: ACL users and TLS on every node of a cluster are the
 // routing's tests (internal/redisconn), and the shared cluster's nodes
 // are not reconfigured by tests.
 func TestQueueWithTheDocumentedACLUser(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin, err := redis.Dial("tcp", srv.Addr)
 	if err != nil {
@@ -81,6 +69,7 @@ func TestQueueWithTheDocumentedACLUser(t *testing.T) {
 // Every connection of the engine, the pooled ones and its blocking loops',
 // works over TLS.
 func TestQueueOverTLS(t *testing.T) {
+	t.Parallel()
 	files := redistest.WriteTLSFiles(t, "redis.test")
 	srv := redistest.StartTLS(t, files)
 	tlsConfig, err := redisconn.NewTLSConfig(files.CAFile, "redis.test")

@@ -14,17 +14,6 @@ import (
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
-type testLogWriter struct{ t testing.TB }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 // newTestQueue builds a queue on r, with the key check on, and runs it
 // until the test ends.
 func newTestQueue(t *testing.T, r *testRedis, mutate ...func(*Options)) *Queue {
@@ -34,7 +23,7 @@ func newTestQueue(t *testing.T, r *testRedis, mutate ...func(*Options)) *Queue {
 	for _, m := range mutate {
 		m(&opts)
 	}
-	return startQueue(t, r.opts, r.queueOptions(opts), testLogger(t))
+	return startQueue(t, r.opts, r.queueOptions(opts), redistest.Logger(t))
 }
 
 // startQueue builds a queue reaching Redis through ro, with the key check
@@ -96,6 +85,7 @@ func mustPop(t *testing.T, q *Queue, hold time.Duration, topics ...string) *Deli
 }
 
 func TestPushPopFinish(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -145,6 +135,7 @@ func TestPushPopFinish(t *testing.T) {
 }
 
 func TestBodiesRoundTrip(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		binary := make([]byte, 300)
@@ -171,6 +162,7 @@ func TestBodiesRoundTrip(t *testing.T) {
 }
 
 func TestDelayedJobIsNeverEarly(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		start := time.Now()
@@ -190,6 +182,7 @@ func TestDelayedJobIsNeverEarly(t *testing.T) {
 }
 
 func TestTopicsInListOrder(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		mustPush(t, q, Job{Topic: "b", ID: "jb"})
@@ -204,6 +197,7 @@ func TestTopicsInListOrder(t *testing.T) {
 }
 
 func TestTTRRedelivery(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		mustPush(t, q, Job{Topic: "slow", ID: "s1", TTR: time.Second})
@@ -225,6 +219,7 @@ func TestTTRRedelivery(t *testing.T) {
 }
 
 func TestRePushReplaces(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
 		q := newTestQueue(t, r)
@@ -267,6 +262,7 @@ func TestRePushReplaces(t *testing.T) {
 }
 
 func TestDeleteInEveryState(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
 		q := newTestQueue(t, r)
@@ -291,6 +287,7 @@ func TestDeleteInEveryState(t *testing.T) {
 }
 
 func TestHeldPopsGetDistinctJobs(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		const n = 40
@@ -310,7 +307,7 @@ func TestHeldPopsGetDistinctJobs(t *testing.T) {
 				}
 			}()
 		}
-		waitFor(t, 5*time.Second, "waiters registered", func() bool { return q.waiters.anyWaiting([]string{"held"}) })
+		redistest.WaitFor(t, 5*time.Second, "waiters registered", func() bool { return q.waiters.anyWaiting([]string{"held"}) })
 		for i := 0; i < n; i++ {
 			mustPush(t, q, Job{Topic: "held", ID: fmt.Sprintf("h%d", i), Delay: time.Duration(i%3) * 100 * time.Millisecond})
 		}
@@ -330,6 +327,7 @@ func TestHeldPopsGetDistinctJobs(t *testing.T) {
 }
 
 func TestGoneConsumerLosesNothing(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -341,7 +339,7 @@ func TestGoneConsumerLosesNothing(t *testing.T) {
 				t.Errorf("cancelled pop returned %+v", d)
 			}
 		}()
-		waitFor(t, 5*time.Second, "waiter registered", func() bool { return q.waiters.anyWaiting([]string{"gone"}) })
+		redistest.WaitFor(t, 5*time.Second, "waiter registered", func() bool { return q.waiters.anyWaiting([]string{"gone"}) })
 		cancel()
 		<-done
 		mustPush(t, q, Job{Topic: "gone", ID: "g1", TTR: 60 * time.Second})
@@ -354,6 +352,7 @@ func TestGoneConsumerLosesNothing(t *testing.T) {
 }
 
 func TestStopWaitingAnswersHeldPops(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		errs := make(chan error, 5)
@@ -366,7 +365,7 @@ func TestStopWaitingAnswersHeldPops(t *testing.T) {
 				errs <- err
 			}()
 		}
-		waitFor(t, 5*time.Second, "waiters registered", func() bool { return q.waiters.anyWaiting([]string{"idle"}) })
+		redistest.WaitFor(t, 5*time.Second, "waiters registered", func() bool { return q.waiters.anyWaiting([]string{"idle"}) })
 		q.StopWaiting()
 		for i := 0; i < 5; i++ {
 			select {
@@ -382,6 +381,7 @@ func TestStopWaitingAnswersHeldPops(t *testing.T) {
 }
 
 func TestTwoQueuesNoDuplicates(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		qa := newTestQueue(t, r)
 		qb := newTestQueue(t, r)
@@ -435,13 +435,14 @@ func TestTwoQueuesNoDuplicates(t *testing.T) {
 }
 
 func TestBurstIsMovedInBatches(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r, func(o *Options) { o.MoveBatch = 100 })
 		const n = 3000
 		for i := 0; i < n; i++ {
 			mustPush(t, q, Job{Topic: "burst", ID: fmt.Sprintf("b%d", i), Delay: 500 * time.Millisecond})
 		}
-		waitFor(t, 20*time.Second, "burst moved to ready", func() bool {
+		redistest.WaitFor(t, 20*time.Second, "burst moved to ready", func() bool {
 			stats, err := q.Stats(context.Background(), "burst")
 			return err == nil && stats["burst"].Ready == n && stats["burst"].Delay == 0
 		})
@@ -449,6 +450,7 @@ func TestBurstIsMovedInBatches(t *testing.T) {
 }
 
 func TestInvalidJobs(t *testing.T) {
+	t.Parallel()
 	rdb, err := redisconn.New(testRedisOptions("127.0.0.1:1"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -476,6 +478,7 @@ func TestInvalidJobs(t *testing.T) {
 // server of its own only (every test shares the cluster, so none may stop
 // its nodes; a primary's failover is for the process tests).
 func TestRedisDownIsUnavailable(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
 	q := newTestQueue(t, onServer(srv.Addr))
 	mustPush(t, q, Job{Topic: "survive", ID: "s1", Delay: 300 * time.Millisecond})
@@ -489,7 +492,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	}
 	srv.Restart(t)
 	var d *Delivery
-	waitFor(t, 15*time.Second, "job pushed before the outage delivered", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "job pushed before the outage delivered", func() bool {
 		d, err = q.Pop(context.Background(), []string{"survive"}, time.Second)
 		return d != nil
 	})
@@ -498,20 +501,10 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // On a cluster WAIT goes to the primary that took the change; the shared
 // cluster has no replicas. (miniredis has no WAIT.)
 func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
+	t.Parallel()
 	forEachRealBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r, func(o *Options) {
 			o.WaitReplicas = 1
@@ -526,6 +519,7 @@ func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 }
 
 func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		rdb, err := redisconn.New(r.opts, nil, nil)
 		if err != nil {
@@ -533,7 +527,7 @@ func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 		}
 		defer rdb.Close()
 		q, err := New(rdb, r.queueOptions(Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
-			ScanInterval: 30 * time.Second, CheckKeys: true, Cluster: rdb.Cluster()}), testLogger(t))
+			ScanInterval: 30 * time.Second, CheckKeys: true, Cluster: rdb.Cluster()}), redistest.Logger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -543,7 +537,7 @@ func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 		<-q.Started()
 		popped := make(chan struct{})
 		go func() { q.Pop(context.Background(), []string{"idle"}, 60*time.Second); close(popped) }()
-		waitFor(t, 5*time.Second, "the dispatch loop blocked on the waiter's topic", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "the dispatch loop blocked on the waiter's topic", func() bool {
 			for _, l := range q.partitions[0].loops {
 				l.mu.Lock()
 				blocked := l.blocked
@@ -573,6 +567,7 @@ func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 // Held pops get jobs first come, first served, also when several jobs
 // become ready at once and one dispatch round serves several waiters.
 func TestHeldPopsServedInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -599,7 +594,7 @@ func TestHeldPopsServedInArrivalOrder(t *testing.T) {
 					got[i] <- d.ID
 				}
 			}()
-			waitFor(t, 5*time.Second, fmt.Sprintf("waiter %d registered", i), func() bool { return waiting() == i+1 })
+			redistest.WaitFor(t, 5*time.Second, fmt.Sprintf("waiter %d registered", i), func() bool { return waiting() == i+1 })
 		}
 		push := func(ids ...string) {
 			jobs := make([]Job, len(ids))
@@ -621,7 +616,7 @@ func TestHeldPopsServedInArrivalOrder(t *testing.T) {
 			}
 			served[id] = true
 		}
-		waitFor(t, 5*time.Second, "the last two waiting again", func() bool { return waiting() == 2 })
+		redistest.WaitFor(t, 5*time.Second, "the last two waiting again", func() bool { return waiting() == 2 })
 		push("j3", "j4")
 		for i := 3; i < n; i++ {
 			id := <-got[i]
@@ -637,7 +632,8 @@ func TestHeldPopsServedInArrivalOrder(t *testing.T) {
 // served: the topic's next job goes to the next Pop, at once, with its
 // first attempt. (The waiters are the process's: one backend will do.)
 func TestHeldPopWithARepeatedTopicLeavesNoWaiter(t *testing.T) {
-	q := newTestQueue(t, miniBackend.start(t))
+	t.Parallel()
+	q := newTestQueue(t, onServer(redistest.Mini(t).Addr()))
 	ctx := context.Background()
 	held := make(chan *Delivery, 1)
 	go func() {
@@ -647,7 +643,7 @@ func TestHeldPopWithARepeatedTopicLeavesNoWaiter(t *testing.T) {
 		}
 		held <- d
 	}()
-	waitFor(t, 5*time.Second, "the held pop registered", func() bool { return q.waiters.anyWaiting([]string{"dup"}) })
+	redistest.WaitFor(t, 5*time.Second, "the held pop registered", func() bool { return q.waiters.anyWaiting([]string{"dup"}) })
 	mustPush(t, q, Job{Topic: "dup", ID: "first"})
 	if d := <-held; d == nil || d.ID != "first" {
 		t.Fatalf("held pop = %+v, want job first", d)

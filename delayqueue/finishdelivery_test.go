@@ -11,6 +11,7 @@ import (
 // FinishDelivery finishes a job only for the delivery that holds it; every
 // refusal leaves the job as it was, counters included.
 func TestFinishDeliveryChecksTheReceipt(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 // Buckets are chosen by CRC-32 of the id: the string version must agree
 // with the library's for every id, or re-pushed jobs would change bucket.
 func TestChecksumIEEEMatchesCRC32(t *testing.T) {
+	t.Parallel()
 	for _, id := range []string{"", "a", "15702398321", "p0000000000042", "订单-1", "\x00\xff\x80", string(make([]byte, 1000))} {
 		if got, want := checksumIEEE(id), crc32.ChecksumIEEE([]byte(id)); got != want {
 			t.Errorf("checksumIEEE(%q) = %08x, want %08x", id, got, want)
@@ -41,6 +42,7 @@ func redisCliSplit(primaries int) [][2]int {
 // with as many partitions as primaries (3 on 3), or a multiple, every
 // primary holds the same number, for the default names and others.
 func TestPartitionTagsSpreadOverPrimaries(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		bucketName            string
 		partitions, primaries int
@@ -88,6 +90,7 @@ func TestPartitionTagsSpreadOverPrimaries(t *testing.T) {
 // A topic or id holding braces cannot move a key to another slot: the
 // partition's tag comes first in every key name.
 func TestBracesInNamesKeepTheirPartitionsSlot(t *testing.T) {
+	t.Parallel()
 	k, err := newKeySchema(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", KeyPrefix: "dq_"})
 	if err != nil {
 		t.Fatal(err)

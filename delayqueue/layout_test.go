@@ -91,6 +91,7 @@ func loadV1Fixture(t *testing.T, r *testRedis) {
 // a cluster: that layout never ran on one, and Run does not look for it
 // there.
 func TestMigrateV1Layout(t *testing.T) {
+	t.Parallel()
 	forEachStandaloneBackend(t, func(t *testing.T, r *testRedis) {
 		loadV1Fixture(t, r)
 		q := newTestQueue(t, r)

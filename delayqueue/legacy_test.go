@@ -80,6 +80,7 @@ func nested(v any, depth int) any {
 }
 
 func TestDecodeLegacyJob(t *testing.T) {
+	t.Parallel()
 	v04 := originalJob{Topic: "order", Id: "a1", Delay: 1700000000, TTR: 120, Body: `{"uid":1}`}
 	want04 := legacyJob{"order", "a1", 1700000000, 120, `{"uid":1}`}
 	long := strings.Repeat("x", 70000) // a str32
@@ -185,6 +186,7 @@ func TestDecodeLegacyJob(t *testing.T) {
 // A value cut short anywhere is refused, whichever form the original
 // wrote it in.
 func TestDecodeLegacyJobCutShort(t *testing.T) {
+	t.Parallel()
 	job := originalJob{Topic: "order", Id: "a1", Delay: 1700000000, TTR: 120, Body: strings.Repeat("b", 40)}
 	for _, full := range [][]byte{
 		encodeOriginal(t, job, true),
@@ -238,6 +240,7 @@ func truncate(b []byte) []byte {
 // The original server's data is imported at start-up. Not on a cluster:
 // the original never ran on one, and Run does not look for its keys there.
 func TestImportLegacy(t *testing.T) {
+	t.Parallel()
 	forEachStandaloneBackend(t, func(t *testing.T, r *testRedis) {
 		c := r.dialPrimary(t, r.opts.Addr)
 		defer c.Close()

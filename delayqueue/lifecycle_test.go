@@ -16,6 +16,7 @@ import (
 // delivery ends, then the dead letters. On miniredis only: the test moves
 // its clock.
 func TestNotificationSchedule(t *testing.T) {
+	t.Parallel()
 	m := redistest.Mini(t)
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(clock)
@@ -41,7 +42,7 @@ func TestNotificationSchedule(t *testing.T) {
 		}
 		m.SetTime(at)
 		var d *Delivery
-		waitFor(t, 5*time.Second, fmt.Sprintf("delivery %d at %v", n+1, at), func() bool {
+		redistest.WaitFor(t, 5*time.Second, fmt.Sprintf("delivery %d at %v", n+1, at), func() bool {
 			d, _ = q.Pop(ctx, []string{"notify"}, 0)
 			return d != nil
 		})
@@ -52,7 +53,7 @@ func TestNotificationSchedule(t *testing.T) {
 		m.SetTime(at.Add(ttr))
 	}
 	var info *JobInfo
-	waitFor(t, 5*time.Second, "dead-lettered after the 8th delivery", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "dead-lettered after the 8th delivery", func() bool {
 		info, _ = q.Get(ctx, "pay-1")
 		return info != nil && info.State == StateDead
 	})
@@ -89,6 +90,7 @@ func TestNotificationSchedule(t *testing.T) {
 // TestMaxAttemptsLongerThanSchedule runs on miniredis only: it moves the
 // clock.
 func TestMaxAttemptsLongerThanSchedule(t *testing.T) {
+	t.Parallel()
 	m := redistest.Mini(t)
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.SetTime(clock)
@@ -102,7 +104,7 @@ func TestMaxAttemptsLongerThanSchedule(t *testing.T) {
 		at = at.Add(time.Duration(wait) * time.Second)
 		m.SetTime(at)
 		var d *Delivery
-		waitFor(t, 5*time.Second, fmt.Sprintf("delivery %d", n+1), func() bool {
+		redistest.WaitFor(t, 5*time.Second, fmt.Sprintf("delivery %d", n+1), func() bool {
 			d, _ = q.Pop(ctx, []string{"t"}, 0)
 			return d != nil
 		})
@@ -122,6 +124,7 @@ func TestMaxAttemptsLongerThanSchedule(t *testing.T) {
 }
 
 func TestReleaseTouchTransitions(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -164,6 +167,7 @@ func TestReleaseTouchTransitions(t *testing.T) {
 }
 
 func TestPushIfAbsentAndBatches(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -209,6 +213,7 @@ func TestPushIfAbsentAndBatches(t *testing.T) {
 }
 
 func TestDeadLetterCapAndDelete(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		// The cap is shared out over the partitions: with one, it is exact.
 		q := newTestQueue(t, r, func(o *Options) { o.DeadMaxPerTopic = 3; o.BucketSize = 1 })
@@ -260,6 +265,7 @@ func scanAll(t *testing.T, q *Queue) {
 }
 
 func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		for i, delay := range []time.Duration{90 * time.Second, 100 * time.Second, 270 * time.Second, 2 * time.Hour} {
@@ -282,6 +288,7 @@ func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
 // only its own optional fields, and bodies of every size must come back
 // byte for byte.
 func TestBatchJobsKeepTheirOwnFields(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -333,6 +340,7 @@ func TestBatchJobsKeepTheirOwnFields(t *testing.T) {
 // repeating), it is not delivered before, and the release of its last
 // attempt dead-letters it.
 func TestRetryScheduleOnTheRealClock(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()

@@ -61,7 +61,7 @@ func (h *recordedLog) lines(level slog.Level) []string {
 }
 
 func newRecordedLog(t testing.TB) *recordedLog {
-	return &recordedLog{next: slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})}
+	return &recordedLog{next: redistest.LogHandler(t, slog.LevelDebug)}
 }
 
 // testClock is a clock the test moves.
@@ -97,6 +97,7 @@ func newTestMonitor(t *testing.T) (*loopMonitor, *recordedLog, *recordingObserve
 // the next log line after that says how many there were. Connection errors
 // are counted, not logged; a stopping loop's are not even counted.
 func TestLoopFailuresAreLoggedOncePerDistinctError(t *testing.T) {
+	t.Parallel()
 	m, logs, obs, clock := newTestMonitor(t)
 	scanner, other, dispatcher := m.start(LoopScanner), m.start(LoopScanner), m.start(LoopDispatcher)
 	noperm := redis.Error("NOPERM this user has no permissions to run the 'rpush' command")
@@ -134,6 +135,7 @@ func TestLoopFailuresAreLoggedOncePerDistinctError(t *testing.T) {
 // The distinct errors remembered are bounded: a stream of ever-new errors
 // does not grow the monitor.
 func TestLoopErrorMemoryIsBounded(t *testing.T) {
+	t.Parallel()
 	m, logs, _, _ := newTestMonitor(t)
 	r := m.start(LoopScanner)
 	for i := range 3 * maxLoggedLoopErrors {
@@ -148,6 +150,7 @@ func TestLoopErrorMemoryIsBounded(t *testing.T) {
 }
 
 func TestLoopStaleness(t *testing.T) {
+	t.Parallel()
 	m, _, _, clock := newTestMonitor(t)
 	status := func() map[string]LoopStatus {
 		out := map[string]LoopStatus{}
@@ -200,6 +203,7 @@ func TestLoopStaleness(t *testing.T) {
 // of delayed jobs still work. On one server, with an ACL user of its own
 // (the shared cluster's nodes are not reconfigured by tests).
 func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin, err := redis.Dial("tcp", srv.Addr)
 	if err != nil {

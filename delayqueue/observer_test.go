@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 type recordingObserver struct {
@@ -41,6 +43,7 @@ func (r *recordingObserver) JobDelivered(t string, attempts int) {
 }
 
 func TestObserverSeesEveryEvent(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		obs := &recordingObserver{counts: map[string]int{}}
 		q := newTestQueue(t, r, func(o *Options) { o.Observer = obs })
@@ -59,7 +62,7 @@ func TestObserverSeesEveryEvent(t *testing.T) {
 		if d := mustPop(t, q, 5*time.Second, "o"); d == nil { // c again after its ttr
 			t.Fatal("no redelivery")
 		}
-		waitFor(t, 5*time.Second, "c dead-lettered", func() bool { return obs.get("dead/o") == 1 })
+		redistest.WaitFor(t, 5*time.Second, "c dead-lettered", func() bool { return obs.get("dead/o") == 1 })
 		for key, want := range map[string]int{"pushed/o": 3, "delivered/o": 3, "redelivered/o": 1,
 			"finished/o": 1, "deleted/o": 1, "expired/o": 2} {
 			if got := obs.get(key); got != want {
@@ -75,11 +78,12 @@ func TestObserverSeesEveryEvent(t *testing.T) {
 // TestMaxHeldPops runs on miniredis only: the limit is the process's, Redis
 // takes no part in it.
 func TestMaxHeldPops(t *testing.T) {
-	q := newTestQueue(t, miniBackend.start(t), func(o *Options) { o.MaxHeldPops = 1 })
+	t.Parallel()
+	q := newTestQueue(t, onServer(redistest.Mini(t).Addr()), func(o *Options) { o.MaxHeldPops = 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go q.Pop(ctx, []string{"idle"}, 10*time.Second)
-	waitFor(t, 5*time.Second, "one pop held", func() bool { return q.HeldPops() == 1 })
+	redistest.WaitFor(t, 5*time.Second, "one pop held", func() bool { return q.HeldPops() == 1 })
 	if _, err := q.Pop(context.Background(), []string{"idle"}, time.Second); !errors.Is(err, ErrTooManyWaiters) {
 		t.Fatal("a second held pop was accepted over MaxHeldPops = 1")
 	}

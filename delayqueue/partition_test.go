@@ -48,9 +48,10 @@ func idsPerPartition(t *testing.T, q *Queue, prefix string, perPartition int) []
 // shard: Pops try the partitions in turn, each starting at the next one.
 // On a cluster only: it is about primaries.
 func TestHotTopicUsesEveryPrimary(t *testing.T) {
+	t.Parallel()
 	for _, partitions := range []int{3, defaults.ClusterBucketSize} {
 		t.Run(fmt.Sprint(partitions, " partitions"), func(t *testing.T) {
-			r := onSharedCluster(t)
+			r := newTestRedis(sharedCluster.Backend().Start(t))
 			q := newTestQueue(t, r, func(o *Options) { o.BucketSize = partitions })
 			ctx := context.Background()
 			primaries := r.cluster.Primaries(t)
@@ -145,6 +146,7 @@ func TestHotTopicUsesEveryPrimary(t *testing.T) {
 // the slot, through push, delayed and held pops, release, touch, finish,
 // dead letters, kick and dead delete.
 func TestBracesInNamesStayInTheirPartitionSlot(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
@@ -285,6 +287,7 @@ func TestBracesInNamesStayInTheirPartitionSlot(t *testing.T) {
 // would keep a consumer's pop, even of hold 0, waiting twelve times as
 // long, far beyond any hold. On a cluster of its own: it kills the nodes.
 func TestPopOnAClusterDownGivesUpLikeOneCall(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3, 0)
 	q := newTestQueue(t, onCluster(c), func(o *Options) { o.BucketSize = defaults.ClusterBucketSize })
 	ctx := context.Background()
@@ -314,6 +317,7 @@ func TestPopOnAClusterDownGivesUpLikeOneCall(t *testing.T) {
 // after claimStint claims: with a backlog in every partition, pops come in
 // runs of claimStint from one partition, and every partition has its turn.
 func TestPopsTakeTurnsOverThePartitions(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()

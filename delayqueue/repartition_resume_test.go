@@ -10,6 +10,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // repartitionFixture pushes jobs in every state through a queue of from
@@ -97,6 +98,7 @@ func checkRepartitioned(t *testing.T, q *Queue, ids map[string][]string) {
 // removal leaves a job in two partitions, servers refuse to start
 // meanwhile, and the next run resolves it.
 func TestRepartitionCutShortResumes(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
 		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second, CheckKeys: true})
@@ -122,11 +124,11 @@ func TestRepartitionCutShortResumes(t *testing.T) {
 		to5.BucketSize = 5
 		from3 := opts
 		from3.BucketSize = 3
-		to, err := New(rdb, to5, testLogger(t))
+		to, err := New(rdb, to5, redistest.Logger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		from, err := New(rdb, from3, testLogger(t))
+		from, err := New(rdb, from3, redistest.Logger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +155,7 @@ func TestRepartitionCutShortResumes(t *testing.T) {
 			t.Fatalf("start during an interrupted move: %v, want ErrLayout", err)
 		}
 
-		moved, err := Repartition(ctx, rdb, opts, 5, testLogger(t))
+		moved, err := Repartition(ctx, rdb, opts, 5, redistest.Logger(t))
 		if err != nil || moved == 0 {
 			t.Fatalf("repartition = %d, %v", moved, err)
 		}

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // Repartition moves every job, offline, to its partition of the new count,
 // in the state it had, and leaves nothing in the partitions of the old
 // count: on a cluster they move between slots of different primaries.
 func TestRepartitionMovesEveryJob(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
 		const from, to = 3, 5
@@ -56,13 +58,13 @@ func TestRepartitionMovesEveryJob(t *testing.T) {
 			t.FailNow()
 		}
 
-		rdb, err := redisconn.New(r.opts, testLogger(t), nil)
+		rdb, err := redisconn.New(r.opts, redistest.Logger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
 		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
-		moved, err := Repartition(ctx, rdb, opts, to, testLogger(t))
+		moved, err := Repartition(ctx, rdb, opts, to, redistest.Logger(t))
 		if err != nil {
 			t.Fatalf("repartition: %v", err)
 		}
@@ -136,6 +138,7 @@ func partitionTagOf(key string) string {
 // keeps no key: its topics' wake-up lists, which hold tokens for the ready
 // jobs that no held pop took, go with the rest.
 func TestRepartitionDropsTheOldWakeUpLists(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		ctx := context.Background()
 		var oldTags []string
@@ -151,13 +154,13 @@ func TestRepartitionDropsTheOldWakeUpLists(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
-		rdb, err := redisconn.New(r.opts, testLogger(t), nil)
+		rdb, err := redisconn.New(r.opts, redistest.Logger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
 		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
-		if _, err := Repartition(ctx, rdb, opts, 2, testLogger(t)); err != nil {
+		if _, err := Repartition(ctx, rdb, opts, 2, redistest.Logger(t)); err != nil {
 			t.Fatalf("repartition: %v", err)
 		}
 		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 2 })

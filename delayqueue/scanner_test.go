@@ -9,9 +9,11 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestScannerRecentTopics(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name          string
 		before, noted []string
@@ -44,8 +46,9 @@ func TestScannerRecentTopics(t *testing.T) {
 // signals its held pops itself: no signal.lua call follows them. (The
 // queue is not run, so that no scanner but the test's moves its jobs.)
 func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		logger := testLogger(t)
+		logger := redistest.Logger(t)
 		rdb, err := redisconn.New(r.opts, logger, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +66,7 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 			t.Helper()
 			mustPush(t, q, Job{Topic: "rt", ID: id, Delay: time.Millisecond})
 			var res moveResult
-			waitFor(t, 5*time.Second, id+" made ready", func() bool {
+			redistest.WaitFor(t, 5*time.Second, id+" made ready", func() bool {
 				var err error
 				if res, err = p.scanner.moveDue(t.Context()); err != nil {
 					t.Fatal(err)

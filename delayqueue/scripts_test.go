@@ -6,6 +6,7 @@ import (
 )
 
 func TestAssembleTakesTheNamedSectionsAndTheirNeeds(t *testing.T) {
+	t.Parallel()
 	lib, err := parseLib(`-- header, before any section
 -- section record
 R
@@ -56,6 +57,7 @@ T
 }
 
 func TestParseLibRefusesANeedNotBeforeIt(t *testing.T) {
+	t.Parallel()
 	for _, lib := range []string{
 		"-- section record\n-- section state, needs record, later\n",
 		"-- section record\n-- section state, needs ready\n-- section ready\n",

@@ -104,7 +104,7 @@ func TestSentinelFailoverKeepsAcknowledgedJobs(t *testing.T) {
 	ro.MasterName = masterName
 	q := startQueue(t, ro, Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
 		BlockTimeout: 2 * time.Second, ScanInterval: 200 * time.Millisecond,
-		WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond}, connectivityLogger(t))
+		WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond}, redistest.Logger(t))
 
 	const topic = "failover"
 	ledger := newFailoverLedger()

@@ -18,6 +18,7 @@ import (
 )
 
 func TestTopicLabelsAreCapped(t *testing.T) {
+	t.Parallel()
 	m := New(Options{MaxTopicLabels: 2}, nil)
 	for _, topic := range []string{"a", "b", "c", "d", "a"} {
 		m.JobsPushed(topic, 1)
@@ -30,6 +31,7 @@ func TestTopicLabelsAreCapped(t *testing.T) {
 }
 
 func TestLoopErrorsAreCountedPerLoop(t *testing.T) {
+	t.Parallel()
 	m := New(Options{}, nil)
 	for _, loop := range []string{delayqueue.LoopScanner, delayqueue.LoopScanner, delayqueue.LoopDeadSweeper} {
 		m.LoopError(loop)
@@ -42,6 +44,7 @@ func TestLoopErrorsAreCountedPerLoop(t *testing.T) {
 }
 
 func TestMetricsFromARealQueue(t *testing.T) {
+	t.Parallel()
 	mr := redistest.Mini(t)
 	ro := redisconn.Options{Addr: mr.Addr(), DB: 1, ConnectTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Second}
 	m := New(Options{SampleInterval: 20 * time.Millisecond}, nil)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // deadCase is one request to a dead-letter endpoint: the call it must make,
@@ -22,7 +23,7 @@ func runDeadCases(t *testing.T, path string, tests []deadCase) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", path, tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", path, tc.body)
 			calls := q.recorded()
 			if tc.want.op == "" {
 				if resp.status != 200 || resp.code != 1 || resp.msg != tc.msg || string(resp.data) != "null" || len(calls) != 0 {
@@ -42,6 +43,7 @@ func runDeadCases(t *testing.T, path string, tests []deadCase) {
 }
 
 func TestDeadListRequest(t *testing.T) {
+	t.Parallel()
 	runDeadCases(t, "/dead/list", []deadCase{
 		{"defaults", `{"topic":"t"}`, queueCall{op: "deadList", topic: "t", limit: 50}, ""},
 		{"paged", `{"topic":" t ","offset":100,"limit":1000}`, queueCall{op: "deadList", topic: "t", offset: 100, limit: 1000}, ""},
@@ -58,6 +60,7 @@ func TestDeadListRequest(t *testing.T) {
 }
 
 func TestDeadListAnswers(t *testing.T) {
+	t.Parallel()
 	created := time.UnixMilli(1_700_000_000_001)
 	died := time.UnixMilli(1_700_000_100_002)
 	q := &fakeQueue{deadTotal: 7, deadJobs: []delayqueue.JobInfo{
@@ -66,7 +69,7 @@ func TestDeadListAnswers(t *testing.T) {
 		{ID: "a", Topic: "t", Attempts: 8, State: delayqueue.StateDead, DeadReason: delayqueue.ReasonTTRExpired,
 			DeadAt: died.Add(-time.Second), CreatedAt: created},
 	}}
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/dead/list", `{"topic":"t","limit":2}`)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/dead/list", `{"topic":"t","limit":2}`)
 	want := `{"code":0,"message":"ok","data":{"total":7,"jobs":[` +
 		`{"id":"b","topic":"t","body":"x","attempts":2,"reason":"released","dead_at":1700000100,"dead_at_ms":1700000100002,"created_at":1700000000,"created_at_ms":1700000000001},` +
 		`{"id":"a","topic":"t","body":"","attempts":8,"reason":"ttr-expired","dead_at":1700000099,"dead_at_ms":1700000099002,"created_at":1700000000,"created_at_ms":1700000000001}]}}`
@@ -74,13 +77,14 @@ func TestDeadListAnswers(t *testing.T) {
 		t.Fatalf("answer %s\nwant   %s", resp.raw, want)
 	}
 
-	empty := serve(t, New(&fakeQueue{}, testOptions(), testLogger(t)), "POST", "/dead/list", `{"topic":"t"}`)
+	empty := serve(t, New(&fakeQueue{}, testOptions(), redistest.Logger(t)), "POST", "/dead/list", `{"topic":"t"}`)
 	if want := `{"code":0,"message":"ok","data":{"total":0,"jobs":[]}}`; empty.raw != want+"\n" {
 		t.Fatalf("answer %s\nwant   %s", empty.raw, want)
 	}
 }
 
 func TestDeadKickRequest(t *testing.T) {
+	t.Parallel()
 	runDeadCases(t, "/dead/kick", []deadCase{
 		{"one id", `{"topic":"t","id":" x "}`, queueCall{op: "deadKick", topic: "t", id: "x"}, ""},
 		{"the oldest", `{"topic":"t","count":10}`, queueCall{op: "deadKick", topic: "t", count: 10}, ""},
@@ -96,6 +100,7 @@ func TestDeadKickRequest(t *testing.T) {
 }
 
 func TestDeadKickAnswers(t *testing.T) {
+	t.Parallel()
 	for kicked, want := range map[string]string{
 		"a,b": `{"code":0,"message":"kicked 2","data":{"kicked":["a","b"]}}`,
 		"":    `{"code":0,"message":"kicked 0","data":{"kicked":[]}}`,
@@ -104,7 +109,7 @@ func TestDeadKickAnswers(t *testing.T) {
 		if kicked != "" {
 			q.kicked = strings.Split(kicked, ",")
 		}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/dead/kick", `{"topic":"t","count":5}`)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/dead/kick", `{"topic":"t","count":5}`)
 		if resp.raw != want+"\n" {
 			t.Errorf("answer %s\nwant   %s", resp.raw, want)
 		}
@@ -112,6 +117,7 @@ func TestDeadKickAnswers(t *testing.T) {
 }
 
 func TestDeadDeleteRequest(t *testing.T) {
+	t.Parallel()
 	runDeadCases(t, "/dead/delete", []deadCase{
 		{"one id", `{"topic":"t","id":"x"}`, queueCall{op: "deadDelete", topic: "t", id: "x"}, ""},
 		{"all", `{"topic":"t","all":true}`, queueCall{op: "deadDelete", topic: "t"}, ""},
@@ -123,7 +129,7 @@ func TestDeadDeleteRequest(t *testing.T) {
 		{"topic blank", `{"topic":"","all":true}`, queueCall{}, "topic is required and must not be blank"},
 	})
 	q := &fakeQueue{deleted: 3}
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/dead/delete", `{"topic":"t","all":true}`)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/dead/delete", `{"topic":"t","all":true}`)
 	if want := `{"code":0,"message":"deleted","data":{"deleted":3}}`; resp.raw != want+"\n" {
 		t.Fatalf("answer %s\nwant   %s", resp.raw, want)
 	}

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/defaults"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // TestForEachMemberMatchesTheDecoder checks the plain member scanner
 // against encoding/json's decoder on valid objects with tricky spelling.
 func TestForEachMemberMatchesTheDecoder(t *testing.T) {
+	t.Parallel()
 	for _, obj := range []string{
 		`{}`,
 		` { } `,
@@ -58,6 +60,7 @@ func TestForEachMemberMatchesTheDecoder(t *testing.T) {
 // TestForEachElementMatchesTheDecoder checks the plain element scanner
 // against encoding/json on valid arrays with tricky spelling.
 func TestForEachElementMatchesTheDecoder(t *testing.T) {
+	t.Parallel()
 	for _, arr := range []string{
 		`[]`, `[ ]`, `[1]`, ` [ 1 , "a" , null ] `, "[\n\t-1.5e3\r\n,true]",
 		`["],[\"",{"a":[1,"]"]},[[],[{}]],"\\"]`,
@@ -113,7 +116,7 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 	forEachFront(t, func(t *testing.T, f front) {
 		answered := make(chan struct{}, 1)
 		opts := Options{ObserveRequest: func(string, int, time.Duration) { answered <- struct{}{} }}
-		url := f.serve(t, &fakeQueue{}, opts, testLogger(t))
+		url := f.serve(t, &fakeQueue{}, opts, redistest.Logger(t))
 		const claimed = defaults.MaxBodyBytes
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -137,6 +140,7 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 // A body that grows in pieces, or is already in memory, is read whole, and
 // a short one fails as before.
 func TestReadKnownLength(t *testing.T) {
+	t.Parallel()
 	want := strings.Repeat("0123456789", 10000) // past bodyBufferStart
 	for _, tt := range []struct {
 		name string
@@ -183,7 +187,7 @@ func TestBodyReadTimeout(t *testing.T) {
 		q := &fakeQueue{popStarted: make(chan context.Context, 1)}
 		opts := testOptions()
 		opts.ReadBodyTimeout = 200 * time.Millisecond
-		url := f.serve(t, q, opts, testLogger(t))
+		url := f.serve(t, q, opts, redistest.Logger(t))
 
 		t.Run("slow body", func(t *testing.T) {
 			c, br := dialServer(t, url)

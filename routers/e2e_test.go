@@ -19,32 +19,21 @@ import (
 // The real engine satisfies the interface the HTTP layer needs.
 var _ Queue = (*delayqueue.Queue)(nil)
 
-// e2eBackend runs the real engine on a Redis of its kind for one test.
-type e2eBackend struct {
-	name string
-	// start returns the engine, and a function that stops its Redis
-	// early; nil on the shared cluster, whose nodes no test may stop.
-	start func(t *testing.T) (q *delayqueue.Queue, stopRedis func())
-}
-
 // e2eBlockTimeout is the engine's and the handler's longest pop hold.
 const e2eBlockTimeout = 5 * time.Second
 
-func e2eBackends() []e2eBackend {
-	return []e2eBackend{
-		{"miniredis", func(t *testing.T) (*delayqueue.Queue, func()) {
-			m := redistest.Mini(t)
-			return enginetest.Start(t, m.Addr(), e2eBlockTimeout, testLogger(t)), m.Close
-		}},
-		{"redis", func(t *testing.T) (*delayqueue.Queue, func()) {
-			s := redistest.Start(t)
-			return enginetest.Start(t, s.Addr, e2eBlockTimeout, testLogger(t)), s.Stop
-		}},
-		{"cluster", func(t *testing.T) (*delayqueue.Queue, func()) {
-			seeds := sharedCluster.Get(t).Addrs()
-			return enginetest.StartOnCluster(t, seeds, sharedCluster.Namespace(), e2eBlockTimeout, testLogger(t)), nil
-		}},
-	}
+// e2eBackends are the Redis the end-to-end tests run on. The tests walk
+// them one after the other rather than in parallel (redistest.ForEach):
+// their fronts share the package's HTTP clients, whose idle connections a
+// front's clean-up closes.
+func e2eBackends() []redistest.Backend {
+	return []redistest.Backend{redistest.MiniBackend(), redistest.ServerBackend(), sharedCluster.Backend()}
+}
+
+// startE2EEngine runs the real engine on r until the test ends.
+func startE2EEngine(t *testing.T, r *redistest.Redis) *delayqueue.Queue {
+	t.Helper()
+	return enginetest.StartOn(t, r, e2eBlockTimeout, redistest.Logger(t))
 }
 
 // e2eOptions are the handler's options in the end-to-end tests.
@@ -54,7 +43,7 @@ func e2eOptions() Options { return Options{BlockTimeout: e2eBlockTimeout} }
 // stopped when the test ends, before the engine stops.
 func e2eServer(t *testing.T, f front, q *delayqueue.Queue) string {
 	t.Helper()
-	return f.serve(t, q, e2eOptions(), testLogger(t)) // stops before the engine's cleanup
+	return f.serve(t, q, e2eOptions(), redistest.Logger(t)) // stops before the engine's cleanup
 }
 
 // post sends one request and checks the envelope.
@@ -156,9 +145,10 @@ func getJob(t *testing.T, url, id string) *wire.JobInfo {
 
 func TestEndToEnd(t *testing.T) {
 	for _, backend := range e2eBackends() {
-		t.Run(backend.name, func(t *testing.T) {
+		t.Run(backend.Name, func(t *testing.T) {
 			forEachFront(t, func(t *testing.T, f front) {
-				q, stopRedis := backend.start(t)
+				r := backend.Start(t)
+				q := startE2EEngine(t, r)
 				url := e2eServer(t, f, q)
 
 				// push, get, pop, get (reserved), finish, get (gone).
@@ -266,8 +256,8 @@ func TestEndToEnd(t *testing.T) {
 
 				// The shared cluster cannot be stopped: TestEndToEndClusterGone
 				// stops a cluster of its own.
-				if stopRedis != nil {
-					stopRedis()
+				if r.Stop != nil {
+					r.Stop()
 					checkRedisGone(t, url)
 				}
 			})
@@ -279,7 +269,7 @@ func TestEndToEnd(t *testing.T) {
 // fronts serve the one engine: a cluster is slow to start.
 func TestEndToEndClusterGone(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
-	q := enginetest.StartOnCluster(t, c.Addrs(), "", e2eBlockTimeout, testLogger(t))
+	q := enginetest.StartOnCluster(t, c.Addrs(), "", e2eBlockTimeout, redistest.Logger(t))
 	urls := make(map[front]string)
 	for _, f := range fronts() {
 		urls[f] = e2eServer(t, f, q)
@@ -373,9 +363,9 @@ func popUntil(t *testing.T, url, topic string, deadline time.Duration) *wire.Del
 
 func TestEndToEndLifecycle(t *testing.T) {
 	for _, backend := range e2eBackends() {
-		t.Run(backend.name, func(t *testing.T) {
+		t.Run(backend.Name, func(t *testing.T) {
 			forEachFront(t, func(t *testing.T, f front) {
-				q, _ := backend.start(t)
+				q := startE2EEngine(t, backend.Start(t))
 				url := e2eServer(t, f, q)
 				f.checkVia(t, mustSucceed(t, url, "/get", `{"id":"none"}`), "/get", len(`{"id":"none"}`), e2eOptions())
 				t.Run("retry, release, dead letters, kick", func(t *testing.T) { e2eRetryToDead(t, url) })

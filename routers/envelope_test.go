@@ -15,6 +15,7 @@ import (
 // text needs no escaping; it must be byte for byte what the JSON encoder
 // writes, and any other answer must still come out as the encoder's.
 func TestPlainEnvelopesMatchEncoder(t *testing.T) {
+	t.Parallel()
 	job := wire.Delivery{ID: "p0000000000001", Body: "bbbb", Topic: "orders", TTR: 30, Attempts: 1}
 	withBody := func(body string) wire.Delivery {
 		j := job

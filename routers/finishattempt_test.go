@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/wire"
 )
 
@@ -14,6 +15,7 @@ import (
 // the plain one, and an attempt with ids is refused; the engine's
 // refusals are answered as /release and /touch answer them.
 func TestFinishAttemptRequests(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		body     string
@@ -50,7 +52,7 @@ func TestFinishAttemptRequests(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{opErr: tc.opErr, state: tc.state}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/finish", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/finish", tc.body)
 			if resp.status != 200 || resp.raw != tc.want+"\n" {
 				t.Errorf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
 			}
@@ -68,8 +70,9 @@ func TestFinishAttemptRequests(t *testing.T) {
 
 // /delete takes no attempt: one sent is ignored, as unknown fields are.
 func TestDeleteIgnoresAttempt(t *testing.T) {
+	t.Parallel()
 	q := &fakeQueue{}
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/delete", `{"id":"a","attempt":2}`)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/delete", `{"id":"a","attempt":2}`)
 	if resp.code != 0 {
 		t.Fatalf("answer %s", resp.raw)
 	}

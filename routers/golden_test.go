@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // updateGolden rewrites the golden answers from what the handler writes:
@@ -176,7 +177,7 @@ func TestAnswersGolden(t *testing.T) {
 			if want == 0 {
 				want = http.StatusOK
 			}
-			got := serve(t, New(tc.queue, testOptions(), testLogger(t)), method, tc.path, tc.body)
+			got := serve(t, New(tc.queue, testOptions(), redistest.Logger(t)), method, tc.path, tc.body)
 			if got.status != want {
 				t.Fatalf("%s %s: status %d, want %d: %s", method, tc.path, got.status, want, got.raw)
 			}

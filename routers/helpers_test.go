@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -223,19 +222,6 @@ func (f *fakeQueue) LoopHealth() []delayqueue.LoopStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.loops
-}
-
-// testLogWriter routes log lines to t.Log.
-type testLogWriter struct{ t testing.TB }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // testOptions returns small limits that tests can reach.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // sendWithHost sends a request to url with the given Host header (the
@@ -85,7 +87,7 @@ func TestBrowserRequestsNeedAKnownHost(t *testing.T) {
 		{"not a browser: any name", "queue.internal.corp", nil, false},
 	}
 	forEachFront(t, func(t *testing.T, f front) {
-		url := f.serve(t, q, opts, testLogger(t))
+		url := f.serve(t, q, opts, redistest.Logger(t))
 		for _, tc := range tests {
 			for _, endpoint := range []string{"/push", "/stats"} {
 				t.Run(tc.name+endpoint, func(t *testing.T) {
@@ -140,7 +142,7 @@ func TestBrowserRequestsWithTheTokenPassUnderAnyHost(t *testing.T) {
 		{"wrong token", "Bearer not-the-token-at-all", http.StatusUnauthorized, msgTokenInvalid},
 	}
 	forEachFront(t, func(t *testing.T, f front) {
-		url := f.serve(t, q, opts, testLogger(t))
+		url := f.serve(t, q, opts, redistest.Logger(t))
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				headers := browser
@@ -173,7 +175,7 @@ func TestOpenRoutesAnswerBrowsersUnderAnyHost(t *testing.T) {
 		_, _ = io.WriteString(w, "<!doctype html>")
 	})
 	forEachFront(t, func(t *testing.T, f front) {
-		url := f.serve(t, &fakeQueue{}, opts, testLogger(t))
+		url := f.serve(t, &fakeQueue{}, opts, redistest.Logger(t))
 		for _, path := range []string{"/healthz", "/metrics", "/ui/"} {
 			req, err := http.NewRequest(http.MethodGet, url+path, nil)
 			if err != nil {

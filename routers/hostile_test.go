@@ -23,7 +23,7 @@ func hostileOptions() Options { return Options{BlockTimeout: 5 * time.Second} }
 func hostileServer(t *testing.T, f front) string {
 	t.Helper()
 	mini := redistest.Mini(t)
-	q := enginetest.Start(t, mini.Addr(), 5*time.Second, testLogger(t))
+	q := enginetest.Start(t, mini.Addr(), 5*time.Second, redistest.Logger(t))
 	// A discarding logger: t.Log of 10 MB request lines is not useful.
 	return f.serve(t, q, hostileOptions(), nil)
 }

@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // The icon browsers ask for on their own is the UI's to answer, open and
 // logged at debug: a dashboard load leaves no info line for it, let alone
 // a 404 listing the endpoints.
 func TestIconIsServedQuietly(t *testing.T) {
+	t.Parallel()
 	icon := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/svg+xml")
 		io.WriteString(w, "<svg/>")
@@ -33,7 +36,7 @@ func TestIconIsServedQuietly(t *testing.T) {
 	}
 
 	// Without a UI there is no icon: an unknown path, as before.
-	if resp := serve(t, New(&fakeQueue{}, testOptions(), testLogger(t)), "GET", "/favicon.ico", ""); resp.status != http.StatusNotFound ||
+	if resp := serve(t, New(&fakeQueue{}, testOptions(), redistest.Logger(t)), "GET", "/favicon.ico", ""); resp.status != http.StatusNotFound ||
 		!strings.Contains(resp.msg, "unknown path") {
 		t.Errorf("GET /favicon.ico without a UI: %d %s", resp.status, resp.raw)
 	}

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // /finish, /delete and /get take the same {"id"} body.
 func TestIDEndpoints(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		body   string
@@ -47,7 +49,7 @@ func TestIDEndpoints(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(ep.op+"/"+tc.name, func(t *testing.T) {
 				q := &fakeQueue{} // unknown ids: Finish/Delete return nil, Get (nil, nil)
-				resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", ep.path, tc.body)
+				resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", ep.path, tc.body)
 				calls := q.recorded()
 				if tc.wantID == "" {
 					if resp.status != 200 || resp.code != 1 || resp.msg != tc.want {
@@ -70,6 +72,7 @@ func TestIDEndpoints(t *testing.T) {
 }
 
 func TestFinishDeleteIDs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		body    string
@@ -103,7 +106,7 @@ func TestFinishDeleteIDs(t *testing.T) {
 				q := &fakeQueue{deleted: 7}
 				opts := testOptions()
 				opts.MaxBodyBytes = 1 << 20
-				resp := serve(t, New(q, opts, testLogger(t)), "POST", ep.path, tc.body)
+				resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", ep.path, tc.body)
 				calls := q.recorded()
 				if tc.wantIDs == nil {
 					if resp.status != 200 || resp.code != 1 || resp.msg != tc.want || string(resp.data) != "null" {
@@ -141,6 +144,7 @@ func quotedIDs(n int) string {
 // A batch finish that meets dead letters finishes the others and says which
 // it refused.
 func TestFinishBatchDead(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		dead []string
@@ -154,7 +158,7 @@ func TestFinishBatchDead(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{dead: tc.dead}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/finish", `{"ids":["a","b","c"]}`)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/finish", `{"ids":["a","b","c"]}`)
 			if resp.status != 200 || resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %d %s\nwant %s", resp.status, resp.raw, tc.want)
 			}
@@ -163,6 +167,7 @@ func TestFinishBatchDead(t *testing.T) {
 }
 
 func TestGetAnswers(t *testing.T) {
+	t.Parallel()
 	due := time.UnixMilli(1_700_000_123_456)
 	created := time.UnixMilli(1_700_000_000_999)
 	tests := []struct {
@@ -210,7 +215,7 @@ func TestGetAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{info: tc.info}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/get", `{"id":"15"}`)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/get", `{"id":"15"}`)
 			if resp.status != 200 || resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
 			}

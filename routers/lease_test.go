@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func durationPtr(d time.Duration) *time.Duration { return &d }
 
 func TestReleaseRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		body        string
@@ -41,7 +43,7 @@ func TestReleaseRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			due := time.UnixMilli(1_700_000_005_250)
 			q := &fakeQueue{state: delayqueue.StateDelay, due: due}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/release", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/release", tc.body)
 			calls := q.recorded()
 			if tc.wantID == "" {
 				if resp.code != 1 || resp.msg != tc.want || string(resp.data) != "null" || len(calls) != 0 {
@@ -62,6 +64,7 @@ func TestReleaseRequest(t *testing.T) {
 }
 
 func TestReleaseAnswers(t *testing.T) {
+	t.Parallel()
 	now := time.UnixMilli(1_700_000_000_100)
 	tests := []struct {
 		name  string
@@ -79,7 +82,7 @@ func TestReleaseAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{state: tc.state, due: tc.due}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/release", `{"id":"1"}`)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/release", `{"id":"1"}`)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}
@@ -88,6 +91,7 @@ func TestReleaseAnswers(t *testing.T) {
 }
 
 func TestTouchRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		body        string
@@ -106,7 +110,7 @@ func TestTouchRequest(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{leaseUntil: time.UnixMilli(1_700_000_030_999)}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/touch", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/touch", tc.body)
 			calls := q.recorded()
 			if tc.wantID == "" {
 				if resp.code != 1 || resp.msg != tc.want || string(resp.data) != "null" || len(calls) != 0 {
@@ -128,6 +132,7 @@ func TestTouchRequest(t *testing.T) {
 // The engine's refusals of a release or touch, with the detail the request
 // and the engine give.
 func TestLeaseRefusals(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		path    string
@@ -170,7 +175,7 @@ func TestLeaseRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := serve(t, New(tc.q, testOptions(), testLogger(t)), "POST", tc.path, tc.body)
+			resp := serve(t, New(tc.q, testOptions(), redistest.Logger(t)), "POST", tc.path, tc.body)
 			if resp.status != 200 || resp.code != 1 || resp.msg != tc.want || string(resp.data) != "null" {
 				t.Fatalf("answer %d %s\nwant code 1 %q", resp.status, resp.raw, tc.want)
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 const (
@@ -63,6 +64,7 @@ func authCases() []authCase {
 // Every API endpoint, in every form, needs the token once it is set; the
 // body is not read, and the queue not called, without it.
 func TestAuthLocksEveryAPIEndpoint(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.AuthToken = testToken
 	for _, req := range validRequests() {
@@ -73,7 +75,7 @@ func TestAuthLocksEveryAPIEndpoint(t *testing.T) {
 				if ac.header != "" {
 					headers = []string{"Authorization", ac.header}
 				}
-				resp := serve(t, New(q, opts, testLogger(t)), "POST", req.path, req.body, headers...)
+				resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", req.path, req.body, headers...)
 				calls := q.recorded()
 				if ac.allowed {
 					if resp.status != 200 || resp.code != 0 || len(calls) == 0 {
@@ -98,7 +100,8 @@ func TestAuthLocksEveryAPIEndpoint(t *testing.T) {
 // Without a token configured, no request needs one, and a token sent anyway
 // is ignored.
 func TestNoTokenConfiguredLeavesTheAPIOpen(t *testing.T) {
-	h := New(&fakeQueue{}, testOptions(), testLogger(t))
+	t.Parallel()
+	h := New(&fakeQueue{}, testOptions(), redistest.Logger(t))
 	for _, req := range validRequests() {
 		for _, header := range []string{"", "Bearer " + wrongToken} {
 			var headers []string
@@ -114,6 +117,7 @@ func TestNoTokenConfiguredLeavesTheAPIOpen(t *testing.T) {
 
 // The probes stay open with a token; /metrics is open unless metrics_auth.
 func TestOpenRoutes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		metricsAuth bool
@@ -142,7 +146,7 @@ func TestOpenRoutes(t *testing.T) {
 			if tt.header != "" {
 				req.Header.Set("Authorization", tt.header)
 			}
-			rec := record(New(&fakeQueue{}, opts, testLogger(t)), req)
+			rec := record(New(&fakeQueue{}, opts, redistest.Logger(t)), req)
 			if rec.Code != tt.wantStatus {
 				t.Fatalf("GET %s: %d %s, want %d", tt.path, rec.Code, rec.Body, tt.wantStatus)
 			}
@@ -167,10 +171,11 @@ func TestOpenRoutes(t *testing.T) {
 // A route marked open serves without the token while the API next to it
 // needs it: the hook static pages (a dashboard) use.
 func TestOpenAccessIsPerRoute(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.AuthToken = testToken
 	q := &fakeQueue{}
-	h := New(q, opts, testLogger(t))
+	h := New(q, opts, redistest.Logger(t))
 	if resp := serve(t, h, "GET", "/healthz", ""); resp.status != 200 || resp.code != 0 {
 		t.Fatalf("open GET: %d %s", resp.status, resp.raw)
 	}
@@ -186,6 +191,7 @@ func TestOpenAccessIsPerRoute(t *testing.T) {
 // Neither the right nor a wrong token shows up in the logs, at any level,
 // whatever the endpoint.
 func TestTokenIsNeverLogged(t *testing.T) {
+	t.Parallel()
 	var logs lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts := testOptions()
@@ -215,6 +221,7 @@ func TestTokenIsNeverLogged(t *testing.T) {
 }
 
 func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		path       string
@@ -236,7 +243,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		for _, method := range []string{"GET", "HEAD"} {
 			t.Run(tt.name+" "+method, func(t *testing.T) {
 				q := &fakeQueue{opErr: map[string]error{"ready": tt.readyErr}}
-				rec := record(New(q, testOptions(), testLogger(t)), newRequest(t, method, tt.path, ""))
+				rec := record(New(q, testOptions(), redistest.Logger(t)), newRequest(t, method, tt.path, ""))
 				if rec.Code != tt.wantStatus {
 					t.Fatalf("%s %s: status %d, want %d", method, tt.path, rec.Code, tt.wantStatus)
 				}
@@ -261,6 +268,7 @@ func TestHealthAndReadiness(t *testing.T) {
 // A ready instance whose background loops fell behind stays 200 and names
 // them in the answer; fresh or idle loops leave the answer as it was.
 func TestReadyzNamesStaleLoops(t *testing.T) {
+	t.Parallel()
 	fresh := delayqueue.LoopStatus{Loop: delayqueue.LoopDispatcher, Behind: time.Second, StaleAfter: 10 * time.Second}
 	staleScanner := delayqueue.LoopStatus{Loop: delayqueue.LoopScanner, Behind: 12 * time.Second, StaleAfter: 5 * time.Second}
 	staleSweeper := delayqueue.LoopStatus{Loop: delayqueue.LoopDeadSweeper, Behind: 200 * time.Second, StaleAfter: 180 * time.Second}
@@ -291,7 +299,7 @@ func TestReadyzNamesStaleLoops(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := &fakeQueue{loops: tt.loops, opErr: map[string]error{"ready": tt.readyErr}}
-			rec := record(New(q, testOptions(), testLogger(t)), newRequest(t, "GET", "/readyz", ""))
+			rec := record(New(q, testOptions(), redistest.Logger(t)), newRequest(t, "GET", "/readyz", ""))
 			resp, problem := parseEnvelope(rec.Code, rec.Header(), rec.Body.Bytes())
 			if problem != "" {
 				t.Fatal(problem)
@@ -313,10 +321,11 @@ func (q *blockingReadyQueue) Ready(ctx context.Context) error {
 }
 
 func TestReadinessCheckIsBounded(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.ReadyTimeout = 50 * time.Millisecond
 	start := time.Now()
-	resp := serve(t, New(&blockingReadyQueue{}, opts, testLogger(t)), "GET", "/readyz", "")
+	resp := serve(t, New(&blockingReadyQueue{}, opts, redistest.Logger(t)), "GET", "/readyz", "")
 	if resp.status != 503 || resp.msg != "not ready: redis unavailable" {
 		t.Fatalf("answer %d %s", resp.status, resp.raw)
 	}
@@ -326,9 +335,10 @@ func TestReadinessCheckIsBounded(t *testing.T) {
 }
 
 func TestGetRoutesRefuseOtherMethods(t *testing.T) {
+	t.Parallel()
 	opts := testOptions()
 	opts.Metrics = fakeMetrics{}
-	h := New(&fakeQueue{}, opts, testLogger(t))
+	h := New(&fakeQueue{}, opts, redistest.Logger(t))
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		for _, method := range []string{"POST", "PUT", "DELETE", "CONNECT"} {
 			resp := serve(t, h, method, path, "{}")
@@ -352,6 +362,7 @@ type observedRequest struct {
 // The endpoint label is the route, or "unknown": a scanner probing paths
 // cannot grow it.
 func TestObserveRequestLabels(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		method  string
@@ -395,7 +406,7 @@ func TestObserveRequestLabels(t *testing.T) {
 			for i := 0; i+1 < len(tt.headers); i += 2 {
 				req.Header.Set(tt.headers[i], tt.headers[i+1])
 			}
-			record(New(&fakeQueue{}, opts, testLogger(t)), req)
+			record(New(&fakeQueue{}, opts, redistest.Logger(t)), req)
 			mu.Lock()
 			defer mu.Unlock()
 			if len(got) != 1 || got[0] != tt.want {
@@ -407,13 +418,14 @@ func TestObserveRequestLabels(t *testing.T) {
 
 // A failing metrics handler counts as a failure.
 func TestMetricsFailureIsObserved(t *testing.T) {
+	t.Parallel()
 	var got []observedRequest
 	opts := testOptions()
 	opts.Metrics = fakeMetrics{status: http.StatusInternalServerError}
 	opts.ObserveRequest = func(endpoint string, code int, _ time.Duration) {
 		got = append(got, observedRequest{endpoint, code})
 	}
-	rec := record(New(&fakeQueue{}, opts, testLogger(t)), newRequest(t, "GET", "/metrics", ""))
+	rec := record(New(&fakeQueue{}, opts, redistest.Logger(t)), newRequest(t, "GET", "/metrics", ""))
 	if rec.Code != 500 || len(got) != 1 || got[0] != (observedRequest{"/metrics", 1}) {
 		t.Fatalf("status %d, observed %+v", rec.Code, got)
 	}
@@ -422,6 +434,7 @@ func TestMetricsFailureIsObserved(t *testing.T) {
 // Every request logs at info, except probe and scrape successes (debug);
 // failures carry their message.
 func TestRequestLogLevels(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		method, path, body string
 		readyErr           error
@@ -523,6 +536,7 @@ func (fakePages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Static pages load without the token while the API next to them needs it.
 func TestPagesAreOpen(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		method, path string
 		wantStatus   int
@@ -546,7 +560,7 @@ func TestPagesAreOpen(t *testing.T) {
 			opts.ObserveRequest = func(endpoint string, code int, _ time.Duration) {
 				observed = append(observed, observedRequest{endpoint, code})
 			}
-			rec := record(New(&fakeQueue{}, opts, testLogger(t)), newRequest(t, tt.method, tt.path, "{}"))
+			rec := record(New(&fakeQueue{}, opts, redistest.Logger(t)), newRequest(t, tt.method, tt.path, "{}"))
 			if rec.Code != tt.wantStatus {
 				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, rec.Code, rec.Body, tt.wantStatus)
 			}
@@ -564,7 +578,7 @@ func TestPagesAreOpen(t *testing.T) {
 		})
 	}
 	// Without a UI handler, /ui is an unknown path.
-	if resp := serve(t, New(&fakeQueue{}, testOptions(), testLogger(t)), "GET", "/ui/", ""); resp.status != 404 {
+	if resp := serve(t, New(&fakeQueue{}, testOptions(), redistest.Logger(t)), "GET", "/ui/", ""); resp.status != 404 {
 		t.Fatalf("GET /ui/ without pages: %d %s", resp.status, resp.raw)
 	}
 }

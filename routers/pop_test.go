@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestPopRequest(t *testing.T) {
+	t.Parallel()
 	manyTopics := func(n int) string {
 		parts := make([]string, n)
 		for i := range parts {
@@ -38,7 +40,7 @@ func TestPopRequest(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", tc.body)
+			serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/pop", tc.body)
 			calls := q.recorded()
 			if len(calls) != 1 || calls[0].op != "pop" {
 				t.Fatalf("calls = %+v, want one pop", calls)
@@ -51,6 +53,7 @@ func TestPopRequest(t *testing.T) {
 }
 
 func TestPopRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		body string
@@ -80,7 +83,7 @@ func TestPopRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/pop", tc.body)
 			if resp.status != 200 || resp.code != 1 || string(resp.data) != "null" {
 				t.Fatalf("answer %d %s, want 200 with code 1", resp.status, resp.raw)
 			}
@@ -95,6 +98,7 @@ func TestPopRejects(t *testing.T) {
 }
 
 func TestPopAnswers(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		delivery *delayqueue.Delivery
@@ -107,7 +111,7 @@ func TestPopAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{delivery: tc.delivery}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", `{"topic":"order"}`)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/pop", `{"topic":"order"}`)
 			if resp.status != 200 || resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %d %s\nwant 200 %s", resp.status, resp.raw, tc.want)
 			}
@@ -116,6 +120,7 @@ func TestPopAnswers(t *testing.T) {
 }
 
 func TestPopCount(t *testing.T) {
+	t.Parallel()
 	a := &delayqueue.Delivery{ID: "1", Topic: "t", Body: "a", TTR: time.Second, Attempts: 1}
 	b := &delayqueue.Delivery{ID: "2", Topic: "u", Body: "b", TTR: 30 * time.Second, Attempts: 4}
 	tests := []struct {
@@ -139,7 +144,7 @@ func TestPopCount(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{deliveries: tc.deliveries}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/pop", tc.body)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}
@@ -164,7 +169,7 @@ func TestPopCount(t *testing.T) {
 		`{"topic":"a,,b","count":10}`: "topic 2 of 3 is required and must not be blank",
 	} {
 		q := &fakeQueue{}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/pop", body)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/pop", body)
 		if resp.code != 1 || resp.msg != want || string(resp.data) != "null" || len(q.recorded()) != 0 {
 			t.Errorf("%s: answer %s, want code 1 %q", body, resp.raw, want)
 		}
@@ -175,7 +180,7 @@ func TestPopCount(t *testing.T) {
 func TestPopEndsWhenClientLeaves(t *testing.T) {
 	forEachFront(t, func(t *testing.T, f front) {
 		q := &fakeQueue{popStarted: make(chan context.Context, 1)}
-		url := f.serve(t, q, testOptions(), testLogger(t))
+		url := f.serve(t, q, testOptions(), redistest.Logger(t))
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

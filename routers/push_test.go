@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/wire"
 )
 
 func TestPushAccepts(t *testing.T) {
+	t.Parallel()
 	long := func(n int) string { return strings.Repeat("x", n) }
 	tests := []struct {
 		name string
@@ -96,7 +98,7 @@ func TestPushAccepts(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.status != 200 || resp.code != 0 || resp.raw != `{"code":0,"message":"pushed","data":null}`+"\n" {
 				t.Fatalf("answer %d %s", resp.status, resp.raw)
 			}
@@ -112,6 +114,7 @@ func TestPushAccepts(t *testing.T) {
 }
 
 func TestPushRejects(t *testing.T) {
+	t.Parallel()
 	const valid = `"topic":"t","id":"1","ttr":1`
 	tests := []struct {
 		name string
@@ -242,7 +245,7 @@ func TestPushRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.status != 200 || resp.code != 1 || string(resp.data) != "null" {
 				t.Fatalf("answer %d %s, want 200 with code 1", resp.status, resp.raw)
 			}
@@ -257,8 +260,9 @@ func TestPushRejects(t *testing.T) {
 }
 
 func TestPushReplacedMessage(t *testing.T) {
+	t.Parallel()
 	q := &fakeQueue{pushResult: delayqueue.PushResult{Status: delayqueue.PushReplaced}}
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", `{"topic":"t","id":"1","ttr":1}`)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", `{"topic":"t","id":"1","ttr":1}`)
 	if want := `{"code":0,"message":"pushed, replacing the job with the same id","data":null}` + "\n"; resp.raw != want {
 		t.Fatalf("answer %s, want %s", resp.raw, want)
 	}
@@ -274,6 +278,7 @@ func repeatInt(n, times int) []int {
 
 // if_absent: data says whether the job existed; without it data stays null.
 func TestPushIfAbsentAnswers(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		body   string
@@ -290,7 +295,7 @@ func TestPushIfAbsentAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{pushResult: delayqueue.PushResult{Status: tc.status}}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}
@@ -303,6 +308,7 @@ func TestPushIfAbsentAnswers(t *testing.T) {
 }
 
 func TestPushBatchAccepts(t *testing.T) {
+	t.Parallel()
 	q := &fakeQueue{pushResults: []delayqueue.PushResult{
 		{Status: delayqueue.PushCreated}, {Status: delayqueue.PushReplaced}, {Status: delayqueue.PushExists},
 	}}
@@ -311,7 +317,7 @@ func TestPushBatchAccepts(t *testing.T) {
 		{"topic":" b ","id":" 2 ","delay_ms":1500,"ttr":30,"body":"x","retry":[60],"max_attempts":3},
 		{"topic":"a","id":"3","ttr":1,"if_absent":true,"unknown":5}
 	]}`
-	resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", body)
+	resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", body)
 	want := `{"code":0,"message":"pushed 3 jobs","data":[{"id":"1","status":"created"},{"id":"2","status":"replaced"},{"id":"3","status":"exists"}]}`
 	if resp.raw != want+"\n" {
 		t.Fatalf("answer %s\nwant   %s", resp.raw, want)
@@ -338,7 +344,7 @@ func TestPushBatchAccepts(t *testing.T) {
 		q := &fakeQueue{}
 		opts := testOptions()
 		opts.MaxBodyBytes = 1 << 20
-		resp := serve(t, New(q, opts, testLogger(t)), "POST", "/push", `{"jobs":[`+strings.Join(jobs, ",")+`]}`)
+		resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", "/push", `{"jobs":[`+strings.Join(jobs, ",")+`]}`)
 		var pushed []wire.PushResult
 		if err := json.Unmarshal(resp.data, &pushed); resp.code != 0 || err != nil || len(pushed) != n || pushed[n-1].ID != fmt.Sprintf("j%d", n-1) {
 			t.Fatalf("batch of %d: answer %.300s", n, resp.raw)
@@ -350,6 +356,7 @@ func TestPushBatchAccepts(t *testing.T) {
 }
 
 func TestPushBatchRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		body     string
@@ -401,7 +408,7 @@ func TestPushBatchRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/push", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/push", tc.body)
 			if resp.status != 200 || resp.code != 1 || resp.msg != tc.wantMsg {
 				t.Fatalf("answer %d %s\nwant code 1 %q", resp.status, resp.raw, tc.wantMsg)
 			}
@@ -419,7 +426,7 @@ func TestPushBatchRejects(t *testing.T) {
 		opts := testOptions()
 		opts.MaxBodyBytes = 1 << 20
 		body := `{"jobs":[` + strings.Repeat(`{"topic":"t","id":"1","ttr":1},`, 1000) + `{"topic":"t","id":"1","ttr":1}]}`
-		resp := serve(t, New(q, opts, testLogger(t)), "POST", "/push", body)
+		resp := serve(t, New(q, opts, redistest.Logger(t)), "POST", "/push", body)
 		if resp.code != 1 || resp.msg != "jobs must hold 1 to 1000 jobs, got 1001" || len(q.recorded()) != 0 {
 			t.Fatalf("answer %s", resp.raw)
 		}
@@ -428,6 +435,7 @@ func TestPushBatchRejects(t *testing.T) {
 
 // The engine's answer is checked, not trusted blindly.
 func TestPushBatchEngineAnswers(t *testing.T) {
+	t.Parallel()
 	body := `{"jobs":[{"topic":"t","id":"1","ttr":1},{"topic":"t","id":"2","ttr":1}]}`
 	tests := []struct {
 		name string
@@ -442,7 +450,7 @@ func TestPushBatchEngineAnswers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := serve(t, New(tc.q, testOptions(), testLogger(t)), "POST", "/push", body)
+			resp := serve(t, New(tc.q, testOptions(), redistest.Logger(t)), "POST", "/push", body)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}

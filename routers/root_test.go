@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // GET / says what the server serves, and names the dashboard when there
@@ -27,7 +29,7 @@ func TestRootNamesTheAPIAndTheDashboard(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			resp := serve(t, New(&fakeQueue{}, c.opts, testLogger(t)), c.method, c.path, "")
+			resp := serve(t, New(&fakeQueue{}, c.opts, redistest.Logger(t)), c.method, c.path, "")
 			if resp.status != c.status || (c.code >= 0 && resp.code != c.code) {
 				t.Fatalf("%s %s = %d %s, want %d with code %d", c.method, c.path, resp.status, resp.raw, c.status, c.code)
 			}

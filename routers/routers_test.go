@@ -15,6 +15,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/defaults"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // validBodies returns a valid request body for every endpoint.
@@ -56,6 +57,7 @@ func validRequests() []validRequest {
 }
 
 func TestStatusCodes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		method     string
@@ -106,7 +108,7 @@ func TestStatusCodes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), tc.method, tc.path, tc.body, tc.headers...)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), tc.method, tc.path, tc.body, tc.headers...)
 			if resp.status != tc.wantStatus || resp.code != tc.wantCode || resp.msg != tc.wantMsg {
 				t.Fatalf("answer %d %s\nwant %d code %d %q", resp.status, resp.raw, tc.wantStatus, tc.wantCode, tc.wantMsg)
 			}
@@ -132,7 +134,7 @@ func TestStatusCodes(t *testing.T) {
 func TestStatusCodesOverTheWire(t *testing.T) {
 	forEachFront(t, func(t *testing.T, f front) {
 		q := &fakeQueue{}
-		url := f.serve(t, q, testOptions(), testLogger(t))
+		url := f.serve(t, q, testOptions(), redistest.Logger(t))
 
 		t.Run("chunked body over the limit", func(t *testing.T) {
 			body := io.MultiReader(strings.NewReader(`{"topic":"`), strings.NewReader(strings.Repeat("x", 10000)), strings.NewReader(`"}`))
@@ -187,6 +189,7 @@ func TestStatusCodesOverTheWire(t *testing.T) {
 // Engine errors: the sentinels reach the client as clear messages, the
 // rest as "internal error" without detail. All are 200 with code 1.
 func TestQueueErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		err     error
@@ -212,7 +215,7 @@ func TestQueueErrors(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(req.path+" "+req.body+"/"+tc.name, func(t *testing.T) {
 				q := &fakeQueue{err: tc.err}
-				resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", req.path, req.body)
+				resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", req.path, req.body)
 				wantMsg := tc.wantMsg
 				if errors.Is(tc.err, delayqueue.ErrStaleDelivery) && req.path != "/release" && req.path != "/touch" {
 					// Only those two carry an attempt.
@@ -255,6 +258,7 @@ func TestPanicIsAnswered(t *testing.T) {
 
 // One line per request, with the job's topic and id, and never its body.
 func TestRequestLog(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	q := &fakeQueue{delivery: &delayqueue.Delivery{ID: "job-9", Topic: "mail", Body: "secret-delivered", TTR: 5e9, Attempts: 1}}
@@ -289,6 +293,7 @@ func TestRequestLog(t *testing.T) {
 }
 
 func TestOptionsDefaults(t *testing.T) {
+	t.Parallel()
 	got := Options{}.withDefaults()
 	want := Options{MaxBodyBytes: defaults.MaxBodyBytes, MaxJobBodyBytes: defaults.MaxJobBodyBytes,
 		BlockTimeout: defaults.QueueBlockTimeout, MaxHeldPops: defaults.MaxHeldPops, ReadyTimeout: 2 * time.Second}
@@ -304,7 +309,8 @@ func TestOptionsDefaults(t *testing.T) {
 // Every endpoint answers POST, refuses other methods with 405 and is named
 // in the answer to an unknown path.
 func TestEveryEndpointIsRouted(t *testing.T) {
-	h := New(&fakeQueue{}, testOptions(), testLogger(t))
+	t.Parallel()
+	h := New(&fakeQueue{}, testOptions(), redistest.Logger(t))
 	unknown := serve(t, h, "POST", "/nope", "{}")
 	for path, body := range validBodies() {
 		if resp := serve(t, h, "POST", path, body); resp.status != 200 || resp.code != 0 {

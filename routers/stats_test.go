@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/wire"
 )
 
 func TestStats(t *testing.T) {
+	t.Parallel()
 	counts := map[string]delayqueue.TopicStats{
 		"mail":  {Delay: 1, Ready: 2, Reserved: 3, Dead: 4},
 		"order": {},
@@ -35,7 +37,7 @@ func TestStats(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{stats: tc.stats}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/stats", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/stats", tc.body)
 			if resp.raw != tc.want+"\n" {
 				t.Fatalf("answer %s\nwant   %s", resp.raw, tc.want)
 			}
@@ -53,7 +55,7 @@ func TestStats(t *testing.T) {
 		`{"topic":"\udfff"}`: "topic must be valid UTF-8: it has an escaped unpaired surrogate (\\ud800 to \\udfff)",
 	} {
 		q := &fakeQueue{}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/stats", body)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/stats", body)
 		if resp.code != 1 || resp.msg != want || len(q.recorded()) != 0 {
 			t.Errorf("%q: answer %s, want code 1 %q", body, resp.raw, want)
 		}
@@ -61,14 +63,15 @@ func TestStats(t *testing.T) {
 }
 
 func TestTopics(t *testing.T) {
+	t.Parallel()
 	for _, body := range []string{``, " \n", `{}`, `{"anything":1}`} {
 		q := &fakeQueue{topicNames: []string{"a", "b"}}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/topics", body)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/topics", body)
 		if want := `{"code":0,"message":"ok","data":["a","b"]}`; resp.raw != want+"\n" {
 			t.Errorf("%q: answer %s\nwant   %s", body, resp.raw, want)
 		}
 	}
-	resp := serve(t, New(&fakeQueue{}, testOptions(), testLogger(t)), "POST", "/topics", `{}`)
+	resp := serve(t, New(&fakeQueue{}, testOptions(), redistest.Logger(t)), "POST", "/topics", `{}`)
 	if want := `{"code":0,"message":"ok","data":[]}`; resp.raw != want+"\n" {
 		t.Errorf("no topics: answer %s\nwant   %s", resp.raw, want)
 	}
@@ -79,7 +82,7 @@ func TestTopics(t *testing.T) {
 		`null`: "request body must be a JSON object, got null",
 	} {
 		q := &fakeQueue{}
-		resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/topics", body)
+		resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/topics", body)
 		if resp.code != 1 || resp.msg != want || len(q.recorded()) != 0 {
 			t.Errorf("%q: answer %s, want code 1 %q", body, resp.raw, want)
 		}
@@ -87,6 +90,7 @@ func TestTopics(t *testing.T) {
 }
 
 func TestUpcoming(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		body      string
@@ -104,7 +108,7 @@ func TestUpcoming(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			q := &fakeQueue{}
-			resp := serve(t, New(q, testOptions(), testLogger(t)), "POST", "/upcoming", tc.body)
+			resp := serve(t, New(q, testOptions(), redistest.Logger(t)), "POST", "/upcoming", tc.body)
 			if resp.status != 200 || resp.code != tc.wantCode {
 				t.Fatalf("answer %d %s, want 200 with code %d", resp.status, resp.raw, tc.wantCode)
 			}

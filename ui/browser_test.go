@@ -28,14 +28,6 @@ import (
 // dashboard test write docs/dashboard.png (for the README).
 const updateScreenshotEnv = "DQ_UPDATE_SCREENSHOT"
 
-// testLogWriter routes the server's logs to t.Log.
-type testLogWriter struct{ t *testing.T }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // dashboardServer is the server a browser test talks to: the engine on
 // miniredis, and the API with the dashboard mounted, as in the binary.
 type dashboardServer struct {
@@ -53,7 +45,7 @@ func startDashboardServer(t *testing.T, token string) *dashboardServer {
 // BlockTimeout and UI are set here.
 func startDashboardServerWith(t *testing.T, opts routers.Options) *dashboardServer {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(redistest.LogHandler(t, slog.LevelWarn))
 	mini := redistest.Mini(t)
 	q := enginetest.Start(t, mini.Addr(), 5*time.Second, logger)
 

@@ -38,7 +38,7 @@ func (p *pathRecorder) seen() []string {
 // the server answers too, see TestIconIsServedQuietly in routers).
 func TestBrowserAsksForThePagesIcon(t *testing.T) {
 	b := startBrowser(t)
-	logger := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(redistest.LogHandler(t, slog.LevelWarn))
 	q := enginetest.Start(t, redistest.Mini(t).Addr(), 5*time.Second, logger)
 	rec := &pathRecorder{next: routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, UI: Handler()}, logger)}
 	srv := httptest.NewServer(rec)

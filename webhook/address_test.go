@@ -8,6 +8,7 @@ import (
 )
 
 func TestCheckIPRefusesNonPublicAddresses(t *testing.T) {
+	t.Parallel()
 	policy, err := NewAddressPolicy(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +62,7 @@ func TestCheckIPRefusesNonPublicAddresses(t *testing.T) {
 }
 
 func TestCheckIPHonoursAllowedAddresses(t *testing.T) {
+	t.Parallel()
 	policy, err := NewAddressPolicy([]string{"127.0.0.1", " 10.1.0.0/16 ", "::1", "fd00::/8", "169.254.169.0/24"})
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +93,7 @@ func TestCheckIPHonoursAllowedAddresses(t *testing.T) {
 }
 
 func TestHostAllowed(t *testing.T) {
+	t.Parallel()
 	policy, err := NewAddressPolicy([]string{"Hooks.Internal.Example", ".corp.example", "localhost"})
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +121,7 @@ func TestHostAllowed(t *testing.T) {
 }
 
 func TestNewAddressPolicyRejectsBadEntries(t *testing.T) {
+	t.Parallel()
 	for _, entry := range []string{"127.0.0.1:8080", "*.example.com", "10.0.0.0/33", "http://x.example", "a b", ".", "bad/cidr", "x..y"} {
 		if _, err := NewAddressPolicy([]string{entry}); err == nil || !strings.Contains(err.Error(), "callback_allow") {
 			t.Errorf("NewAddressPolicy(%q) = %v, want an error naming callback_allow", entry, err)
@@ -129,6 +133,7 @@ func TestNewAddressPolicyRejectsBadEntries(t *testing.T) {
 }
 
 func TestDialControlChecksTheResolvedAddress(t *testing.T) {
+	t.Parallel()
 	policy, err := NewAddressPolicy([]string{"192.168.7.0/24"})
 	if err != nil {
 		t.Fatal(err)

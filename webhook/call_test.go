@@ -78,7 +78,7 @@ func TestRedirectsKeepTheJobsHeadersWithTheirHost(t *testing.T) {
 			startDispatcher(t, q, ro, Options{Secret: secret, Allow: allowLoopback}, logger)
 			mustPush(t, q, delayqueue.Job{ID: "j", Topic: "pay", Body: body, MaxAttempts: 1,
 				Callback: &delayqueue.Callback{URL: first.url(tc.start + "?token=url-token"), FollowRedirects: true, Headers: jobHeaders}})
-			waitFor(t, 10*time.Second, "the job to be finished", func() bool { return mustGet(t, q, "j") == nil })
+			redistest.WaitFor(t, 10*time.Second, "the job to be finished", func() bool { return mustGet(t, q, "j") == nil })
 
 			last := first
 			if tc.lastOnNext {
@@ -150,7 +150,7 @@ func TestRedirectWithCredentialsIsRefused(t *testing.T) {
 		Callback: &delayqueue.Callback{URL: first.url("/start"), FollowRedirects: true}})
 
 	var info *delayqueue.JobInfo
-	waitFor(t, 10*time.Second, "the call's outcome", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the call's outcome", func() bool {
 		info = mustGet(t, q, "j")
 		return info == nil || info.State == delayqueue.StateDead
 	})
@@ -164,11 +164,11 @@ func TestRedirectWithCredentialsIsRefused(t *testing.T) {
 	if calls := target.allCalls(); len(calls) != 0 {
 		t.Errorf("the redirect target got %d calls, want none (first: Authorization %q)", len(calls), calls[0].Header.Get("Authorization"))
 	}
-	waitFor(t, time.Second, "the metrics observation", func() bool { return metrics.total() == 1 })
+	redistest.WaitFor(t, time.Second, "the metrics observation", func() bool { return metrics.total() == 1 })
 	if metrics.count(Result3xx) != 1 {
 		t.Errorf("metrics = %v, want one %s", metrics.results, Result3xx)
 	}
-	waitFor(t, time.Second, "one warn line", func() bool { return warns.count("callback failed") == 1 })
+	redistest.WaitFor(t, time.Second, "one warn line", func() bool { return warns.count("callback failed") == 1 })
 }
 
 func TestSameOrigin(t *testing.T) {

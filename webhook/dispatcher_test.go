@@ -20,7 +20,7 @@ var allowLoopback = []string{"127.0.0.1"}
 
 func TestRetriesFollowTheScheduleThenSucceed(t *testing.T) {
 	t.Parallel()
-	forEachBackend(t, func(t *testing.T, addr string) {
+	redistest.ForEach(t, redistest.StandaloneBackends(), func(t *testing.T, redis *redistest.Redis) {
 		const secret = "s3cret"
 		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
 			if n <= 2 {
@@ -30,7 +30,7 @@ func TestRetriesFollowTheScheduleThenSucceed(t *testing.T) {
 			answer(w, http.StatusNoContent, "")
 		})
 		logger, warns := testLogger(t)
-		q, ro := newQueue(t, addr, logger)
+		q, ro := newQueue(t, redis.Addr, logger)
 		metrics := newFakeMetrics()
 		startDispatcher(t, q, ro, Options{Secret: secret, Allow: allowLoopback, Metrics: metrics}, logger)
 
@@ -40,7 +40,7 @@ func TestRetriesFollowTheScheduleThenSucceed(t *testing.T) {
 				Headers: map[string]string{"Authorization": "Bearer t", "Content-Type": "application/json"}}})
 
 		// Between the first and the second call, /get shows the failure.
-		waitFor(t, 5*time.Second, "the first failed call to be recorded", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "the first failed call to be recorded", func() bool {
 			info := mustGet(t, q, "pay-1")
 			return info != nil && info.LastStatus == 503
 		})
@@ -49,7 +49,7 @@ func TestRetriesFollowTheScheduleThenSucceed(t *testing.T) {
 			t.Errorf("after the first failure: %s response=%q", describe(info), info.LastResponse)
 		}
 
-		waitFor(t, 10*time.Second, "the job to be finished", func() bool { return mustGet(t, q, "pay-1") == nil })
+		redistest.WaitFor(t, 10*time.Second, "the job to be finished", func() bool { return mustGet(t, q, "pay-1") == nil })
 		calls := rc.callsFor("pay-1")
 		if len(calls) != 3 {
 			t.Fatalf("receiver got %d calls, want 3", len(calls))
@@ -88,18 +88,18 @@ func TestRetriesFollowTheScheduleThenSucceed(t *testing.T) {
 
 func TestDeadLetteredWhenTheReceiverNeverSucceeds(t *testing.T) {
 	t.Parallel()
-	forEachBackend(t, func(t *testing.T, addr string) {
+	redistest.ForEach(t, redistest.StandaloneBackends(), func(t *testing.T, redis *redistest.Redis) {
 		long := strings.Repeat("é", 1500) // 3000 bytes: the kept 1 KiB must not split a character
 		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
 			answer(w, http.StatusInternalServerError, long)
 		})
 		logger, warns := testLogger(t)
-		q, ro := newQueue(t, addr, logger)
+		q, ro := newQueue(t, redis.Addr, logger)
 		startDispatcher(t, q, ro, Options{Allow: allowLoopback}, logger)
 		mustPush(t, q, delayqueue.Job{ID: "never", Body: "b", Retry: []int{1},
 			Callback: &delayqueue.Callback{URL: rc.url("/hook"), Method: http.MethodPut, TimeoutSeconds: 2}})
 
-		waitFor(t, 10*time.Second, "the job to be dead-lettered", func() bool {
+		redistest.WaitFor(t, 10*time.Second, "the job to be dead-lettered", func() bool {
 			info := mustGet(t, q, "never")
 			return info != nil && info.State == delayqueue.StateDead
 		})
@@ -115,7 +115,7 @@ func TestDeadLetteredWhenTheReceiverNeverSucceeds(t *testing.T) {
 		if len(calls) != 2 || calls[0].Method != http.MethodPut || calls[1].Attempt != "2" || calls[0].Signature != "" {
 			t.Errorf("calls = %+v (want 2 PUTs, no signature without a secret)", calls)
 		}
-		waitFor(t, time.Second, "two warn lines", func() bool { return warns.count("callback failed") == 2 })
+		redistest.WaitFor(t, time.Second, "two warn lines", func() bool { return warns.count("callback failed") == 2 })
 	})
 }
 
@@ -198,7 +198,7 @@ func TestCallOutcomes(t *testing.T) {
 
 			start := time.Now()
 			var info *delayqueue.JobInfo
-			waitFor(t, 10*time.Second, "the call's outcome", func() bool {
+			redistest.WaitFor(t, 10*time.Second, "the call's outcome", func() bool {
 				info = mustGet(t, q, "j")
 				return info == nil || info.State == delayqueue.StateDead
 			})
@@ -213,7 +213,7 @@ func TestCallOutcomes(t *testing.T) {
 					t.Errorf("got %s, want status %d and an error containing %q", describe(info), tc.status, tc.errText)
 				}
 				// The line is written once the failure is recorded.
-				waitFor(t, time.Second, "one warn line", func() bool { return warns.count("callback failed") == 1 })
+				redistest.WaitFor(t, time.Second, "one warn line", func() bool { return warns.count("callback failed") == 1 })
 			}
 			var paths []string
 			for _, c := range rc.allCalls() {
@@ -222,7 +222,7 @@ func TestCallOutcomes(t *testing.T) {
 			if got := strings.Join(paths, ","); got != tc.paths {
 				t.Errorf("receiver paths %q, want %q", got, tc.paths)
 			}
-			waitFor(t, time.Second, "the metrics observation", func() bool { return metrics.total() == 1 })
+			redistest.WaitFor(t, time.Second, "the metrics observation", func() bool { return metrics.total() == 1 })
 			if metrics.count(tc.result) != 1 {
 				t.Errorf("metrics = %v, want one %s", metrics.results, tc.result)
 			}
@@ -235,19 +235,20 @@ func TestCallOutcomes(t *testing.T) {
 
 func TestWakeUpCallsWithoutWaitingForTheSafetyNet(t *testing.T) {
 	t.Parallel()
-	forEachBackend(t, func(t *testing.T, addr string) {
+	redistest.ForEach(t, redistest.StandaloneBackends(), func(t *testing.T, redis *redistest.Redis) {
 		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) { answer(w, http.StatusOK, "") })
 		logger, _ := testLogger(t)
-		q, ro := newQueue(t, addr, logger)
+		q, ro := newQueue(t, redis.Addr, logger)
 		// With a 30 s safety net, only the wake-up can make the call quick.
 		startDispatcher(t, q, ro, Options{Allow: allowLoopback, WakeTimeout: 30 * time.Second}, logger)
 		for i := range 3 {
-			// Let the dispatcher settle into its blocking wait first.
-			time.Sleep(300 * time.Millisecond)
+			// Push only once the dispatcher waits: a job pushed while it is
+			// still claiming is taken without a wake-up.
+			redistest.WaitFor(t, 5*time.Second, "the dispatcher waiting for callback jobs", q.WaitingForCallbacks)
 			id := fmt.Sprintf("w%d", i)
 			pushed := time.Now()
 			mustPush(t, q, delayqueue.Job{ID: id, Callback: &delayqueue.Callback{URL: rc.url("/ok")}})
-			waitFor(t, 3*time.Second, "the call", func() bool { return len(rc.callsFor(id)) == 1 })
+			redistest.WaitFor(t, 3*time.Second, "the call", func() bool { return len(rc.callsFor(id)) == 1 })
 			if took := rc.callsFor(id)[0].At.Sub(pushed); took > time.Second {
 				t.Errorf("call %s came %s after the push", id, took)
 			}
@@ -274,7 +275,7 @@ func TestConcurrencyLimits(t *testing.T) {
 		ids = append(ids, id)
 		mustPush(t, q, delayqueue.Job{ID: id, Callback: &delayqueue.Callback{URL: "http://" + host + ":" + rc.port() + "/ok"}})
 	}
-	waitFor(t, 10*time.Second, "every job finished", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "every job finished", func() bool {
 		for _, id := range ids {
 			if mustGet(t, q, id) != nil {
 				return false
@@ -315,25 +316,25 @@ func TestWaitingJobKeepsItsLease(t *testing.T) {
 	for _, id := range []string{"a", "b"} {
 		mustPush(t, q, delayqueue.Job{ID: id, Callback: &delayqueue.Callback{URL: rc.url("/ok"), TimeoutSeconds: 5}})
 	}
-	waitFor(t, 5*time.Second, "the first call", func() bool { return len(rc.allCalls()) == 1 })
+	redistest.WaitFor(t, 5*time.Second, "the first call", func() bool { return len(rc.allCalls()) == 1 })
 	waiting := "a"
 	if rc.allCalls()[0].ID == "a" {
 		waiting = "b"
 	}
 	var first time.Time
-	waitFor(t, 5*time.Second, "the waiting job to be claimed", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "the waiting job to be claimed", func() bool {
 		info := mustGet(t, q, waiting)
 		first = info.LeaseUntil
 		return info.State == delayqueue.StateReserved
 	})
-	waitFor(t, 5*time.Second, "the waiting job's lease to be renewed", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "the waiting job's lease to be renewed", func() bool {
 		return mustGet(t, q, waiting).LeaseUntil.After(first.Add(300 * time.Millisecond))
 	})
 	if len(rc.allCalls()) != 1 {
 		t.Fatalf("the waiting job was called while its host was busy")
 	}
 	releaseOnce.Do(func() { close(release) })
-	waitFor(t, 5*time.Second, "both jobs finished", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "both jobs finished", func() bool {
 		return mustGet(t, q, "a") == nil && mustGet(t, q, "b") == nil
 	})
 	if len(rc.callsFor("a")) != 1 || len(rc.callsFor("b")) != 1 {
@@ -353,7 +354,7 @@ func TestShutdown(t *testing.T) {
 		q, ro := newQueue(t, redistest.Mini(t).Addr(), logger)
 		r := startDispatcher(t, q, ro, Options{Allow: allowLoopback, ShutdownGrace: 5 * time.Second}, logger)
 		mustPush(t, q, delayqueue.Job{ID: "s", Callback: &delayqueue.Callback{URL: rc.url("/ok")}})
-		waitFor(t, 5*time.Second, "the call to start", func() bool { return rc.inFlightNow() == 1 })
+		redistest.WaitFor(t, 5*time.Second, "the call to start", func() bool { return rc.inFlightNow() == 1 })
 		if took := r.stop(t); took > 3*time.Second {
 			t.Errorf("Run took %s to return", took)
 		}
@@ -380,7 +381,7 @@ func TestShutdown(t *testing.T) {
 			mustPush(t, q, delayqueue.Job{ID: id, Retry: []int{60, 60},
 				Callback: &delayqueue.Callback{URL: rc.url("/hang"), TimeoutSeconds: 30}})
 		}
-		waitFor(t, 5*time.Second, "one call in flight and the other job waiting", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "one call in flight and the other job waiting", func() bool {
 			x, y := mustGet(t, q, "x"), mustGet(t, q, "y")
 			return rc.inFlightNow() == 1 && x.State == delayqueue.StateReserved && y.State == delayqueue.StateReserved
 		})
@@ -395,7 +396,7 @@ func TestShutdown(t *testing.T) {
 		}
 		succeed.Do(func() { close(succeeding) })
 		startDispatcher(t, q, ro, Options{Allow: allowLoopback}, logger)
-		waitFor(t, 5*time.Second, "both jobs delivered by the next dispatcher", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "both jobs delivered by the next dispatcher", func() bool {
 			return mustGet(t, q, "x") == nil && mustGet(t, q, "y") == nil
 		})
 		if len(rc.allCalls()) != 3 {
@@ -426,8 +427,8 @@ func TestTwoDispatchersShareTheWork(t *testing.T) {
 		mustPush(t, queues[i%2], delayqueue.Job{ID: fmt.Sprintf("j%d", i), Body: strconv.Itoa(i),
 			Callback: &delayqueue.Callback{URL: rc.url("/ok")}})
 	}
-	waitFor(t, 20*time.Second, "every callback received", func() bool { return len(rc.allCalls()) >= jobs })
-	waitFor(t, 5*time.Second, "every job finished", func() bool {
+	redistest.WaitFor(t, 20*time.Second, "every callback received", func() bool { return len(rc.allCalls()) >= jobs })
+	redistest.WaitFor(t, 5*time.Second, "every job finished", func() bool {
 		for i := range jobs {
 			if mustGet(t, queues[0], fmt.Sprintf("j%d", i)) != nil {
 				return false

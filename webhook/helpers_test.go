@@ -27,27 +27,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// backend is one kind of Redis the tests run against.
-type backend struct {
-	name  string
-	start func(t *testing.T) string // returns the address
-}
-
-var backends = []backend{
-	{"miniredis", func(t *testing.T) string { return redistest.Mini(t).Addr() }},
-	{"redis", func(t *testing.T) string { return redistest.Start(t).Addr }},
-}
-
-func forEachBackend(t *testing.T, f func(t *testing.T, addr string)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, b.start(t))
-		})
-	}
-}
-
-// warnCounter routes logs to t.Log and counts warn lines by message.
+// warnCounter passes records on to the test's output and counts warn
+// lines by message.
 type warnCounter struct {
 	slog.Handler
 	mu     *sync.Mutex
@@ -77,16 +58,9 @@ func (h warnCounter) count(msg string) int {
 	return h.counts[msg]
 }
 
-type testLogWriter struct{ t testing.TB }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 func testLogger(t testing.TB) (*slog.Logger, warnCounter) {
 	h := warnCounter{
-		Handler: slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}),
+		Handler: redistest.LogHandler(t, slog.LevelDebug),
 		mu:      &sync.Mutex{},
 		counts:  map[string]int{},
 	}
@@ -297,18 +271,6 @@ func (m *fakeMetrics) total() int {
 		n += v
 	}
 	return n
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func mustPush(t *testing.T, q *delayqueue.Queue, job delayqueue.Job) {

@@ -77,7 +77,7 @@ func TestKillDuringCalls(t *testing.T) {
 
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), childRedisEnv+"="+srv.Addr)
-	child.Stderr = testLogWriter{t}
+	child.Stderr = t.Output()
 	if err := child.Start(); err != nil {
 		t.Fatalf("start the second instance: %v", err)
 	}
@@ -89,7 +89,7 @@ func TestKillDuringCalls(t *testing.T) {
 		}
 	})
 	// The child alone runs at first: the calls in flight are its own.
-	waitFor(t, 10*time.Second, "the second instance to be calling", func() bool { return rc.inFlightNow() >= held })
+	redistest.WaitFor(t, 10*time.Second, "the second instance to be calling", func() bool { return rc.inFlightNow() >= held })
 	startDispatcher(t, q, ro, Options{Allow: allowLoopback}, logger)
 	if err := child.Process.Kill(); err != nil {
 		t.Fatalf("kill -9: %v", err)
@@ -98,7 +98,7 @@ func TestKillDuringCalls(t *testing.T) {
 	killed = true
 	close(release)
 
-	waitFor(t, 25*time.Second, "every job finished", func() bool {
+	redistest.WaitFor(t, 25*time.Second, "every job finished", func() bool {
 		for i := range jobs {
 			if mustGet(t, q, fmt.Sprintf("k%02d", i)) != nil {
 				return false

@@ -29,18 +29,11 @@ func startServer(t *testing.T) string {
 // startServerWith is startServer with the HTTP layer's options.
 func startServerWith(t *testing.T, opts routers.Options) string {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	logger := slog.New(redistest.LogHandler(t, slog.LevelInfo))
 	q := enginetest.Start(t, redistest.Mini(t).Addr(), 5*time.Second, logger)
 	srv := httptest.NewServer(routers.New(q, opts, logger))
 	t.Cleanup(srv.Close)
 	return srv.URL
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // result is one dqctl run.

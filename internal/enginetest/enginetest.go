@@ -10,6 +10,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // Start runs a Queue with the default key names on the Redis at addr (db 1)
@@ -31,6 +32,17 @@ func StartOnCluster(t testing.TB, seeds []string, namespace string, blockTimeout
 	redisOpts := redisOptions(blockTimeout)
 	redisOpts.ClusterAddrs = seeds
 	return StartWith(t, redisOpts, queueOptions(blockTimeout, namespace), logger)
+}
+
+// StartOn runs a Queue like Start's on r, a Redis from a redistest
+// backend: on one server (db 1), or on a cluster with r's namespace in
+// front of its key names.
+func StartOn(t testing.TB, r *redistest.Redis, blockTimeout time.Duration, logger *slog.Logger) *delayqueue.Queue {
+	t.Helper()
+	if r.Cluster != nil {
+		return StartOnCluster(t, r.Cluster.Addrs(), r.Namespace, blockTimeout, logger)
+	}
+	return Start(t, r.Addr, blockTimeout, logger)
 }
 
 // redisOptions are the test timeouts, with a read timeout that outlasts

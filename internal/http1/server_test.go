@@ -624,9 +624,11 @@ func TestClientLeavingCancelsAHeldRequestWithBytesBehindIt(t *testing.T) {
 // and does not end the hold while its client stays.
 func TestRequestPipelinedBehindAHeldOneIsServedAfterIt(t *testing.T) {
 	release := make(chan struct{})
+	held := make(chan struct{}, 1)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path == "/pop" {
+			held <- struct{}{}
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -644,7 +646,11 @@ func TestRequestPipelinedBehindAHeldOneIsServedAfterIt(t *testing.T) {
 			if _, err := io.WriteString(c, post("/pop"+via.query, "held")+post("/get"+via.query, "1")); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond) // lets the watch start; the outcome must not depend on it
+			select {
+			case <-held:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the held request never reached the handler")
+			}
 			if _, err := io.WriteString(c, post("/get"+via.query, "2")); err != nil {
 				t.Fatal(err)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -16,17 +15,6 @@ import (
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
-
-type testLogWriter struct{ t testing.TB }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 // clusterOptions are Options for a cluster with the given seeds and the
 // test timeouts.
@@ -40,7 +28,7 @@ func clusterOptions(seeds ...string) Options {
 func newTestClient(t *testing.T, seeds ...string) (*Client, *countingObserver) {
 	t.Helper()
 	obs := newCountingObserver()
-	c, err := newClient(clusterOptions(seeds...), testLogger(t), obs, time.Hour)
+	c, err := newClient(clusterOptions(seeds...), redistest.Logger(t), obs, time.Hour)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -75,6 +63,7 @@ func serveConstant(value string) func(*fakeSession, []string) string {
 }
 
 func TestOptionsForACluster(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		opts Options
@@ -95,6 +84,7 @@ func TestOptionsForACluster(t *testing.T) {
 }
 
 func TestNewAsksTheSeedsInTurn(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	a := fc.node(t, serveConstant("a"))
 	fc.setSlots(fakeRange{0, SlotCount - 1, a})
@@ -119,6 +109,7 @@ func TestNewAsksTheSeedsInTurn(t *testing.T) {
 // A MOVED reply sends the call to the new owner at once, updates the map
 // so later calls go there directly, and makes the client fetch the map.
 func TestDoFollowsMoved(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var movedTo atomic.Value
 	movedTo.Store("")
@@ -158,6 +149,7 @@ func TestDoFollowsMoved(t *testing.T) {
 // of its commands (EVALSHA, then EVAL after NOSCRIPT), and leaves the map
 // alone.
 func TestDoFollowsAskOnce(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var b *fakeNode
 	var bAddr atomic.Value
@@ -212,6 +204,7 @@ func TestDoFollowsAskOnce(t *testing.T) {
 // TRYAGAIN and CLUSTERDOWN are retried on the same node after a pause;
 // CLUSTERDOWN also makes the client fetch the map.
 func TestDoRetriesAfterAPause(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		reply, kind string
 		refetches   bool
@@ -255,6 +248,7 @@ func TestDoRetriesAfterAPause(t *testing.T) {
 // A call refused for ever fails after the bounded attempts, with the
 // refusal, which the engine counts as Redis unavailable.
 func TestDoGivesUp(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	a := fc.node(t, func(*fakeSession, []string) string {
 		return respErr("TRYAGAIN Multiple keys request during rehashing of slot")
@@ -281,6 +275,7 @@ func TestDoGivesUp(t *testing.T) {
 // A command that ran is never repeated: when a later command of f is
 // redirected, Do returns the error.
 func TestDoDoesNotRepeatWhatRan(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var bAddr atomic.Value
 	a := fc.node(t, func(_ *fakeSession, args []string) string {
@@ -319,6 +314,7 @@ func TestDoDoesNotRepeatWhatRan(t *testing.T) {
 // A Do after Sends reads their replies with its own: a refusal among them
 // does not make the Do's command, which ran, run again.
 func TestDoDoesNotRepeatAPipelineThatRan(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var bAddr atomic.Value
 	a := fc.node(t, func(_ *fakeSession, args []string) string {
@@ -354,6 +350,7 @@ func TestDoDoesNotRepeatAPipelineThatRan(t *testing.T) {
 // may have run) but makes the client fetch the map; once the dead node's
 // slots are served elsewhere, calls succeed again, Dial included.
 func TestRefreshAfterANodeDies(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	a := fc.node(t, serveConstant("a"))
 	b := fc.node(t, serveConstant("b"))
@@ -404,6 +401,7 @@ func TestRefreshAfterANodeDies(t *testing.T) {
 // A READONLY reply (the node was demoted) drops the connection, and the
 // call is retried once the map was fetched again.
 func TestDoAfterReadOnly(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	a := fc.node(t, func(*fakeSession, []string) string {
 		return respErr("READONLY You can't write against a read only replica.")
@@ -423,6 +421,7 @@ func TestDoAfterReadOnly(t *testing.T) {
 // A blocked BLPOP unblocked by MOVED (its slot moved) teaches the map the
 // new owner: the next Dial goes there.
 func TestDialAfterABlockingCallWasMoved(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var bAddr atomic.Value
 	a := fc.node(t, func(_ *fakeSession, args []string) string {
@@ -466,6 +465,7 @@ func TestDialAfterABlockingCallWasMoved(t *testing.T) {
 // a), so each fetch undoes the owners learnt from MOVED, and the storm goes
 // on for as long as the calls do.
 func TestMovedStormIsOneRefresh(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var bAddr atomic.Value
 	a := fc.node(t, func(_ *fakeSession, args []string) string {
@@ -515,6 +515,7 @@ func TestMovedStormIsOneRefresh(t *testing.T) {
 // A map fetched while a MOVED reply was met may predate it: the owner the
 // MOVED named stays in force over the fetched map.
 func TestMovedDuringAFetchOutlivesIt(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var movedTo atomic.Value
 	movedTo.Store("")
@@ -553,6 +554,7 @@ func TestMovedDuringAFetchOutlivesIt(t *testing.T) {
 // After an ASK, a pipeline's commands each get their ASKING, and f reads
 // only its own replies.
 func TestDoFollowsAskWithAPipeline(t *testing.T) {
+	t.Parallel()
 	fc := &fakeCluster{}
 	var bAddr atomic.Value
 	a := fc.node(t, func(_ *fakeSession, args []string) string {

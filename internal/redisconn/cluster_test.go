@@ -136,7 +136,7 @@ func TestCluster(t *testing.T) {
 		}
 		opts := clusterOptions(cluster.Addrs()[0])
 		opts.Username, opts.Password = "dq", "secret"
-		withUser, err := New(opts, testLogger(t), nil)
+		withUser, err := New(opts, redistest.Logger(t), nil)
 		if err != nil {
 			t.Fatalf("New with the ACL user: %v", err)
 		}
@@ -399,7 +399,7 @@ func TestClusterTLS(t *testing.T) {
 				}
 				opts.TLS, opts.TLSConfig = true, cfg
 			}
-			c, err := New(opts, testLogger(t), nil)
+			c, err := New(opts, redistest.Logger(t), nil)
 			if tt.wantErr != "" {
 				if err == nil {
 					c.Close()

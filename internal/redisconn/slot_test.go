@@ -8,6 +8,7 @@ import (
 )
 
 func TestSlot(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		key      string
 		sameAs   string // the text that is hashed
@@ -46,6 +47,7 @@ func TestSlot(t *testing.T) {
 }
 
 func TestReplyClassification(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		err       error
 		kind      string
@@ -85,6 +87,7 @@ func TestReplyClassification(t *testing.T) {
 func fmtWrap(err error) error { return errors.Join(errors.New("script"), err) }
 
 func TestParseRedirect(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		reply string
 		from  string
@@ -112,6 +115,7 @@ func TestParseRedirect(t *testing.T) {
 }
 
 func TestParseClusterSlots(t *testing.T) {
+	t.Parallel()
 	node := func(host any, port int64, id string) any { return []any{host, port, []byte(id)} }
 	bulk := func(s string) any { return []byte(s) }
 	reply := []any{

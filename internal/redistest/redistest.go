@@ -1,5 +1,9 @@
-// Package redistest starts throwaway Redis servers for tests: a real
-// redis-server on a free loopback port, or an in-process miniredis.
+// Package redistest holds what the tests of every package share: the
+// throwaway Redis they run on (a real redis-server on a free loopback
+// port, an in-process miniredis, a Redis Cluster, Sentinel), the backends
+// that run a test once per kind of Redis (ForEach), waiting on a
+// condition (WaitFor), and a logger writing to the test's output
+// (Logger).
 package redistest
 
 import (
@@ -81,10 +85,17 @@ func startServer(t testing.TB, clientTLS *tls.Config, extra []string) *Server {
 	for try := 0; try < 5; try++ {
 		port := FreePort(t)
 		s.Addr = "127.0.0.1:" + strconv.Itoa(port)
-		if lastErr = s.start(port); lastErr == nil {
-			t.Cleanup(s.Stop)
-			return s
+		if lastErr = s.start(port); lastErr != nil {
+			continue
 		}
+		// Another test's server may have taken the port between FreePort
+		// and the start: then the one answering is not this process.
+		if lastErr = s.checkPID(); lastErr != nil {
+			s.Stop()
+			continue
+		}
+		t.Cleanup(s.Stop)
+		return s
 	}
 	t.Fatalf("start redis-server: %v", lastErr)
 	return nil

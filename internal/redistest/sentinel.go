@@ -153,16 +153,3 @@ func (s *Sentinel) WaitReplicas(t testing.TB, masterName string, n int) {
 		return healthy >= n
 	})
 }
-
-// WaitFor polls cond every 20 ms until it holds, and fails the test with
-// what when it does not within limit.
-func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -30,7 +30,7 @@ const engineBlockTimeout = 178 * time.Second
 // names, in this process, until the test ends; it returns the server's URL.
 func startEngine(t *testing.T, redisOpts redisconn.Options, partitions int) string {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(redistest.LogHandler(t, slog.LevelWarn))
 	redisOpts.ConnectTimeout = time.Second
 	redisOpts.ReadTimeout = engineBlockTimeout + 10*time.Second
 	redisOpts.WriteTimeout = 3 * time.Second
@@ -41,13 +41,6 @@ func startEngine(t *testing.T, redisOpts redisconn.Options, partitions int) stri
 	srv := httptest.NewServer(routers.New(q, routers.Options{BlockTimeout: engineBlockTimeout}, logger))
 	t.Cleanup(srv.Close)
 	return srv.URL
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // runPhases runs phases of the tool against the server at url, whose Redis
