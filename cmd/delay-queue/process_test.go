@@ -1051,9 +1051,12 @@ func TestProcessImportsLegacyJobs(t *testing.T) {
 	srv := startProcServer(t, "legacy", rs.Addr)
 	api := newProcClient()
 	defer api.close()
-	if !strings.Contains(strings.ToLower(srv.output.String()), "import") {
-		t.Errorf("start-up output does not log the import:\n%s", srv.output.String())
-	}
+	// The server logs the import before it answers job requests, but its
+	// output reaches the test through a pipe that may lag the readiness
+	// probe's answer.
+	redistest.WaitFor(t, 5*time.Second, "the start-up output to log the import", func() bool {
+		return strings.Contains(strings.ToLower(srv.output.String()), "import")
+	})
 
 	for _, f := range fixtures {
 		stored := api.mustGet(t, srv, f.job.ID)
