@@ -1,0 +1,147 @@
+package delayqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// A batch spanning partitions, one of which fails its script call, is done
+// on the others: the error wraps ErrPartial, each job or id says what
+// became of it, and the whole batch sent again completes it without
+// touching what was already done twice.
+func TestBatchDoneInPartWhenOnePartitionFails(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		broken := q.partitions[0]
+		// Ids in every partition, the broken one's first.
+		var ids []string
+		seen := map[*partition]bool{}
+		for i := 0; len(seen) < len(q.partitions) || len(ids) < 6; i++ {
+			id := fmt.Sprintf("part-%d", i)
+			if p := q.partitionOf(id); !seen[p] || len(ids) < 6 {
+				seen[p] = true
+				ids = append(ids, id)
+			}
+		}
+		jobs := make([]Job, len(ids))
+		for i, id := range ids {
+			jobs[i] = Job{Topic: "partial", ID: id, TTR: time.Minute, Body: id}
+		}
+
+		// The broken partition's job hash is set aside and a string put in
+		// its place: its scripts fail with WRONGTYPE while the other
+		// partitions' calls succeed; mending puts the hash back.
+		aside := broken.key() + ":aside" // the same hash tag, the same slot
+		breakKey := func(on bool) {
+			t.Helper()
+			err := q.rdb.Do(ctx, broken.key(), func(c redis.Conn) error {
+				from, to := broken.key(), aside
+				if !on {
+					if _, err := c.Do("DEL", broken.key()); err != nil {
+						return err
+					}
+					from, to = aside, broken.key()
+				}
+				if _, err := c.Do("RENAME", from, to); err != nil && !strings.Contains(err.Error(), "no such key") {
+					return err
+				}
+				if on {
+					_, err := c.Do("SET", broken.key(), "not a hash")
+					return err
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("break (%v) partition %d: %v", on, broken.number, err)
+			}
+		}
+		breakKey(true)
+		results, err := q.PushBatch(ctx, jobs)
+		if !errors.Is(err, ErrPartial) || len(results) != len(jobs) {
+			t.Fatalf("push with one partition failing = %d results, %v; want one per job and ErrPartial", len(results), err)
+		}
+		for i, res := range results {
+			want := PushCreated
+			if q.partitionOf(ids[i]) == broken {
+				want = PushFailed
+			}
+			if res.Status != want || (want == PushFailed) != (res.Err != nil) {
+				t.Fatalf("job %s (partition %d): %+v, want status %v", ids[i], q.partitionOf(ids[i]).number, res, want)
+			}
+		}
+		breakKey(false)
+		for i, id := range ids {
+			info, err := q.Get(ctx, id)
+			if stored := q.partitionOf(id) != broken; err != nil || (info != nil) != stored {
+				t.Fatalf("job %d %s after the partial push: %+v, %v; stored should be %v", i, id, info, err, stored)
+			}
+		}
+
+		// The same batch again: stored jobs are replaced, the others created.
+		results, err = q.PushBatch(ctx, jobs)
+		if err != nil {
+			t.Fatalf("push again: %v", err)
+		}
+		for i, res := range results {
+			want := PushReplaced
+			if q.partitionOf(ids[i]) == broken {
+				want = PushCreated
+			}
+			if res.Status != want {
+				t.Fatalf("job %s pushed again: %+v, want %v", ids[i], res, want)
+			}
+		}
+
+		// Finishing and deleting by ids: the same, per id.
+		for _, remove := range []struct {
+			name string
+			do   func(context.Context, []string) ([]RemoveStatus, error)
+		}{{"delete", q.DeleteBatch}, {"finish", q.FinishBatch}} {
+			breakKey(true)
+			statuses, err := remove.do(ctx, ids)
+			breakKey(false)
+			if !errors.Is(err, ErrPartial) || len(statuses) != len(ids) {
+				t.Fatalf("%s with one partition failing = %v, %v; want one status per id and ErrPartial", remove.name, statuses, err)
+			}
+			for i, st := range statuses {
+				want := Removed
+				if q.partitionOf(ids[i]) == broken {
+					want = RemoveFailed
+				}
+				if remove.name == "finish" && want == Removed {
+					want = RemoveUnknown // deleted by the batch before
+				}
+				if st != want {
+					t.Fatalf("%s: id %s: %v, want %v", remove.name, ids[i], st, want)
+				}
+			}
+		}
+		// The broken partition's job survived both, and goes now.
+		statuses, err := q.FinishBatch(ctx, ids)
+		if err != nil {
+			t.Fatalf("finish once mended: %v, %v", statuses, err)
+		}
+		for i, st := range statuses {
+			want := RemoveUnknown
+			if q.partitionOf(ids[i]) == broken {
+				want = Removed
+			}
+			if st != want {
+				t.Fatalf("finish once mended: id %s: %v, want %v", ids[i], st, want)
+			}
+		}
+		for _, id := range ids {
+			if info, err := q.Get(ctx, id); err != nil || info != nil {
+				t.Fatalf("%s after the last finish: %+v, %v; want gone", id, info, err)
+			}
+		}
+	})
+}
