@@ -132,11 +132,7 @@ func (q *Queue) WaitCallbacks(ctx context.Context, timeout time.Duration) {
 	woken, first := q.waiters.waitHooks()
 	defer q.waiters.doneWaitingHooks()
 	if first {
-		for _, p := range q.partitions {
-			if l := p.loops[0]; l.isBlocked() {
-				go l.interrupt()
-			}
-		}
+		q.wakeLoops([]int{0})
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()

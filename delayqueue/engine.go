@@ -61,8 +61,9 @@ const (
 	// loopsPerPartition).
 	loopsPerPartitionTotal = 4
 	// singleSlots and batchSlots bound the script calls of one kind in
-	// flight at once per partition, for calls of one item and for larger
-	// ones (see lanes); calls arriving meanwhile share the next one.
+	// flight at once per Redis server (the partitions it holds share them),
+	// for calls of one item and for larger ones (see lanes); calls
+	// arriving meanwhile share the next one.
 	singleSlots = 2
 	batchSlots  = 2
 	// maxClaimsPerCall bounds the jobs one shared claim script may take.
@@ -179,7 +180,7 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 		if servers[server] == nil {
 			servers[server] = newServerLanes()
 		}
-		q.partitions = append(q.partitions, newPartition(q, n, loops, servers[server]))
+		q.partitions = append(q.partitions, newPartition(q, n, tag, loops, servers[server]))
 	}
 	return q, nil
 }

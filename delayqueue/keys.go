@@ -165,15 +165,9 @@ func topicBound(topic string, ms int64, kind byte) string {
 
 func (k keySchema) legacyReady(topic string) string { return k.readyPrefix + topic + k.readySuffix }
 
-func (k keySchema) v1Job(id string) string { return k.prefix + "job:" + id }
-
 func (k keySchema) v1JobPrefix() string { return k.prefix + "job:" }
 
 func (k keySchema) v1Dead(topic string) string { return k.prefix + "dead:" + topic }
-
-func (k keySchema) v1Count(topic string) string { return k.prefix + "count:" + topic }
-
-func (k keySchema) v1Wake(topic string) string { return k.prefix + "wake:" + topic }
 
 func (k keySchema) v1Topics() string { return k.prefix + "topics" }
 

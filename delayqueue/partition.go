@@ -48,8 +48,8 @@ func newServerLanes() *serverLanes {
 	}
 }
 
-func newPartition(q *Queue, number, loops int, server *serverLanes) *partition {
-	p := &partition{q: q, number: number, tag: q.keys.partitionTag(number, q.opts.BucketSize)}
+func newPartition(q *Queue, number int, tag string, loops int, server *serverLanes) *partition {
+	p := &partition{q: q, number: number, tag: tag}
 	for _, k := range q.keys.partitionKeys(p.tag) {
 		p.keys = append(p.keys, k)
 	}

@@ -160,7 +160,7 @@ const claimStint = 16
 // listed wins, as in the original.
 //
 // A partition whose Redis did not answer is left out for a while (see
-// partition.down); its error is returned when no job was claimed.
+// partition.isDown); its error is returned when no job was claimed.
 func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Delivery, error) {
 	n := uint32(len(q.partitions))
 	start := q.claimCursor.Load() % n
@@ -255,31 +255,41 @@ func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string
 }
 
 // firstReadyTopic is the index of the first of topics with ready jobs in
-// partition p, or -1: one ZRANGEBYLEX per topic, pipelined.
+// partition p, or -1.
 func (q *Queue) firstReadyTopic(ctx context.Context, p *partition, topics []string) (int, error) {
 	first := -1
 	err := p.withConn(ctx, func(c redis.Conn) error {
-		for _, t := range topics {
-			lo, hi := topicRange(t)
-			if err := c.Send("ZRANGEBYLEX", p.keyAt(keyReady), lo, hi, "LIMIT", 0, 1); err != nil {
-				return err
-			}
+		has, err := p.hasReady(c, topics)
+		if err == nil {
+			first = slices.Index(has, true)
 		}
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		for i := range topics {
-			members, err := redis.Strings(c.Receive())
-			if err != nil {
-				return err
-			}
-			if len(members) > 0 && first < 0 {
-				first = i
-			}
-		}
-		return nil
+		return err
 	})
 	return first, err
+}
+
+// hasReady says, per topic, whether the partition has ready jobs of it:
+// one ZRANGEBYLEX per topic, pipelined on c, where a claim would cost a
+// script call per topic.
+func (p *partition) hasReady(c redis.Conn, topics []string) ([]bool, error) {
+	has := make([]bool, len(topics))
+	for _, t := range topics {
+		lo, hi := topicRange(t)
+		if err := c.Send("ZRANGEBYLEX", p.keyAt(keyReady), lo, hi, "LIMIT", 0, 1); err != nil {
+			return has, err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return has, err
+	}
+	for i := range topics {
+		members, err := redis.Strings(c.Receive())
+		if err != nil {
+			return has, err
+		}
+		has[i] = len(members) > 0
+	}
+	return has, nil
 }
 
 // claimOn claims on partition p for calls, in one script call shared with

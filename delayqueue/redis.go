@@ -59,7 +59,9 @@ func transientRedisError(err redis.Error) bool { return redisconn.IsTransientRep
 // noteRedis logs the loss and the recovery of Redis once each.
 func (q *Queue) noteRedis(err error) {
 	if err == nil {
-		if q.redisDown.CompareAndSwap(true, false) {
+		// Load first: on every call, a read leaves the flag's cache line
+		// shared, where a failing swap would take it.
+		if q.redisDown.Load() && q.redisDown.CompareAndSwap(true, false) {
 			q.log.Info("redis is reachable again")
 		}
 		return
@@ -104,16 +106,6 @@ func (q *Queue) started(ctx context.Context) error {
 		return ctx.Err()
 	case <-t.C:
 		return ErrStarting
-	}
-}
-
-// isStarted reports whether Run has finished the migrations.
-func (q *Queue) isStarted() bool {
-	select {
-	case <-q.ready:
-		return true
-	default:
-		return false
 	}
 }
 

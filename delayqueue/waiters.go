@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,8 +47,8 @@ type waiterRegistry struct {
 	byTopic map[string]*list.List
 	// loopTopics[i] is the set of topics with waiters that loop i serves.
 	loopTopics []map[string]struct{}
-	// changed[i] is signalled when loop i's topics change (for the loops of
-	// every partition: the channel is per partition, see listen).
+	// listeners[i] are signalled when loop i's topics change (for the loops
+	// of every partition: a channel per partition, see listen).
 	listeners [][]chan struct{}
 	hooks     hookWaiters
 	// servingLocks let one dispatch loop at a time serve a topic (striped
@@ -120,17 +121,16 @@ func (r *waiterRegistry) add(w *waiter, front bool) []int {
 	defer r.mu.Unlock()
 	var newLoops []int
 	w.elems = make(map[string]*list.Element, len(w.topics))
-	for _, t := range w.topics {
-		if _, twice := w.elems[t]; twice {
-			continue // a topic listed twice waits once
-		}
+	for _, t := range w.topics { // distinct (PopBatch)
 		l := r.byTopic[t]
 		if l == nil {
 			l = list.New()
 			r.byTopic[t] = l
 			i := r.loopOf(t)
 			r.loopTopics[i][t] = struct{}{}
-			newLoops = append(newLoops, i)
+			if !slices.Contains(newLoops, i) {
+				newLoops = append(newLoops, i)
+			}
 			r.notifyLocked(i)
 		}
 		if front {
@@ -380,13 +380,14 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			// Timed out: the safety net. Serve every topic that has ready
 			// jobs here, in case a token was lost with a killed process or
 			// a dropped connection.
+			// A webhook dispatcher claims after its own timeout: no token
+			// for it here.
 			l.q.noteRedis(nil)
-			if hooks {
-				l.q.waiters.hookToken()
-			}
-			var ready []string
-			if ready, err = l.readyTopics(ctx, topics); err == nil {
-				err = l.serveEvery(ctx, ready, health)
+			if len(topics) > 0 {
+				var ready []string
+				if ready, err = l.readyTopics(ctx, topics); err == nil {
+					err = l.serveEvery(ctx, ready, health)
+				}
 			}
 		case err != nil:
 			// Also a BLPOP unblocked because its slot moved (MOVED): the
@@ -445,26 +446,13 @@ func blockingError(err error) error {
 func (l *dispatchLoop) readyTopics(ctx context.Context, topics []string) ([]string, error) {
 	var ready []string
 	err := l.q.withConn(ctx, l.p.key(), func(c redis.Conn) error {
-		readyKey := l.p.keyAt(keyReady)
-		for _, t := range topics {
-			lo, hi := topicRange(t)
-			if err := c.Send("ZRANGEBYLEX", readyKey, lo, hi, "LIMIT", 0, 1); err != nil {
-				return err
-			}
-		}
-		if err := c.Flush(); err != nil {
-			return err
-		}
-		for _, t := range topics {
-			members, err := redis.Strings(c.Receive())
-			if err != nil {
-				return err
-			}
-			if len(members) > 0 {
+		has, err := l.p.hasReady(c, topics)
+		for i, t := range topics {
+			if has[i] {
 				ready = append(ready, t)
 			}
 		}
-		return nil
+		return err
 	})
 	return ready, err
 }
