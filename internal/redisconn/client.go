@@ -31,7 +31,8 @@ type nopObserver struct{}
 func (nopObserver) Redirect(string) {}
 func (nopObserver) MapRefresh(bool) {}
 
-// ErrClosed is returned by a Client's methods after Close.
+// ErrClosed is returned by a cluster Client's methods after Close (without
+// a cluster, redigo's pool answers with its own error).
 var ErrClosed = errors.New("redis client closed")
 
 const (
@@ -68,11 +69,10 @@ type Client struct {
 	single *redis.Pool
 
 	// Cluster mode. slots is read without a lock; mu orders its writers
-	// and guards pools and closed.
-	slots  atomic.Pointer[slotMap]
-	mu     sync.Mutex
-	pools  map[string]*redis.Pool
-	closed bool
+	// and guards pools (nil once closed) and movedDuringFetch.
+	slots atomic.Pointer[slotMap]
+	mu    sync.Mutex
+	pools map[string]*redis.Pool
 	// movedDuringFetch holds the owners MOVED replies named while a fetch
 	// of the map was under way (nil when none is): the fetched map may
 	// predate them, so they are laid over it.
@@ -93,7 +93,8 @@ type Client struct {
 // New returns a Client for opts. Without a cluster it does not touch Redis.
 // In cluster mode it fetches the slot map before returning, and fails when
 // no node gives it; it then keeps the map fresh until Close: at once after
-// a MOVED reply, a connection error or a READONLY reply, and every 15 s.
+// a MOVED, CLUSTERDOWN, READONLY, MASTERDOWN or UNBLOCKED reply or a
+// connection error, and 15 s after the last fetch.
 // logger and obs may be nil.
 func New(opts Options, logger *slog.Logger, obs Observer) (*Client, error) {
 	return newClient(opts, logger, obs, defaultRefreshInterval)
@@ -158,7 +159,6 @@ func (c *Client) Close() error {
 		c.cancel()
 		<-c.loopDone
 		c.mu.Lock()
-		c.closed = true
 		pools := c.pools
 		c.pools = nil
 		c.mu.Unlock()
@@ -178,14 +178,15 @@ func (c *Client) Close() error {
 // MOVED on the slot's new primary (the map is updated at once and fetched
 // again); after ASK once on the target, with ASKING sent before each of f's
 // commands; after TRYAGAIN or CLUSTERDOWN after a pause (25 ms, doubling up
-// to 400 ms); after READONLY once the map is fetched again. It does so only
-// when every reply f received was such a refusal (or NOSCRIPT): Redis gives
-// them before running a command, so nothing ran. f must therefore send the
-// command carrying key first, keep all its keys in key's slot, and be safe
-// to run again when that command was refused. In a pipeline, the replies f
-// reads are what counts: one it leaves unread is taken to be refused like
-// the others (its command is in the same slot); a Do after Sends reads
-// their replies in bulk, so it counts as commands that ran.
+// to 400 ms); after READONLY or MASTERDOWN once the map is fetched again.
+// It does so only when every reply f received was such a refusal (or
+// NOSCRIPT): Redis gives them before running a command, so nothing ran. f
+// must therefore send the command carrying key first, keep all its keys in
+// key's slot, and be safe to run again when that command was refused. In a
+// pipeline, the replies f reads are what counts: one it leaves unread is
+// taken to be refused like the others (its command is in the same slot); a
+// Do after Sends reads their replies in bulk, so it counts as commands that
+// ran.
 //
 // A connection error after a command was sent is returned, not retried (the
 // command may have run); it makes the client fetch the map again. A failure
@@ -399,7 +400,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // get returns a pooled connection to the node at addr.
 func (c *Client) get(ctx context.Context, addr string) (redis.Conn, error) {
 	c.mu.Lock()
-	if c.closed {
+	if c.pools == nil {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
@@ -430,21 +431,16 @@ func (c *Client) dialNode(addr string) (redis.Conn, error) {
 // redirects, records a MOVED's new owner and asks for the map again when
 // the node may no longer be what the map says.
 func (c *Client) noteReply(err error, from string) {
+	if kind := RedirectKind(err); kind != "" {
+		c.obs.Redirect(kind)
+	}
 	switch replyCode(err) {
 	case "MOVED":
-		c.obs.Redirect(RedirectMoved)
 		if r, ok := parseRedirect(err, from); ok {
 			c.noteMoved(r.slot, r.addr)
 		}
 		c.requestRefresh()
-	case "ASK":
-		c.obs.Redirect(RedirectAsk)
-	case "TRYAGAIN":
-		c.obs.Redirect(RedirectTryAgain)
-	case "CLUSTERDOWN":
-		c.obs.Redirect(RedirectClusterDown)
-		c.requestRefresh()
-	case "READONLY", "MASTERDOWN", "UNBLOCKED":
+	case "CLUSTERDOWN", "READONLY", "MASTERDOWN", "UNBLOCKED":
 		c.requestRefresh()
 	case "":
 		// A connection error, unless the caller gave up waiting.
@@ -488,7 +484,7 @@ func (c *Client) install(m *slotMap) {
 	for _, p := range gone {
 		p.Close()
 	}
-	if after := m.serving(); strings.Join(after, ",") != strings.Join(before, ",") {
+	if after := m.serving(); !slices.Equal(after, before) {
 		c.log.Info("redis cluster primaries", "primaries", strings.Join(after, ","), "slots_served", m.covered())
 	}
 }
@@ -519,20 +515,21 @@ func (c *Client) awaitRefresh(ctx context.Context) error {
 	}
 }
 
-// refreshLoop fetches the map when asked or every refreshEvery, at most
-// once per minRefreshGap, until Close.
+// refreshLoop fetches the map when asked or refreshEvery after the last
+// fetch, at most once per minRefreshGap, until Close.
 func (c *Client) refreshLoop() {
 	defer close(c.loopDone)
-	ticker := time.NewTicker(c.refreshEvery)
-	defer ticker.Stop()
+	timer := time.NewTimer(c.refreshEvery)
+	defer timer.Stop()
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-ticker.C:
+		case <-timer.C:
 		case <-c.refreshRequests:
 		}
 		c.refresh()
+		timer.Reset(c.refreshEvery)
 		if sleep(c.ctx, minRefreshGap) != nil {
 			return
 		}

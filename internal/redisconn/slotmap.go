@@ -79,12 +79,18 @@ func (m *slotMap) withOwner(slot int, addr string) *slotMap {
 
 // setOwner makes addr serve slot in m, which must not be published yet.
 func (m *slotMap) setOwner(slot int, addr string) {
+	m.owner[slot] = m.primaryIndex(addr)
+}
+
+// primaryIndex is addr's index in m.primaries, where it is added when
+// missing (m must not be published yet).
+func (m *slotMap) primaryIndex(addr string) int16 {
 	i := slices.Index(m.primaries, addr)
 	if i < 0 {
 		i = len(m.primaries)
 		m.primaries = append(m.primaries, addr)
 	}
-	m.owner[slot] = int16(i)
+	return int16(i)
 }
 
 // parseClusterSlots builds a map from a CLUSTER SLOTS reply: one entry per
@@ -146,13 +152,9 @@ func parseClusterSlots(reply any, from string) (*slotMap, error) {
 		if primary == "" {
 			continue
 		}
-		i := slices.Index(m.primaries, primary)
-		if i < 0 {
-			i = len(m.primaries)
-			m.primaries = append(m.primaries, primary)
-		}
+		i := m.primaryIndex(primary)
 		for s := start; s <= end; s++ {
-			m.owner[s] = int16(i)
+			m.owner[s] = i
 		}
 	}
 	return m, nil
