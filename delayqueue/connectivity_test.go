@@ -56,11 +56,7 @@ func TestQueueWithTheDocumentedACLUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	rules := []any{"SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "-@all",
-		"+@read", "+@write", "+@scripting", "+@connection", "+@blocking", "-@dangerous", "+info", "+role", "+time"}
-	if _, err := admin.Do("ACL", rules...); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
+	redistest.SetACLUser(t, admin.Do, "dq", "dq-secret")
 	ro := connectivityOptions()
 	ro.Addr, ro.Username, ro.Password = srv.Addr, "dq", "dq-secret"
 	exerciseQueue(t, ro)

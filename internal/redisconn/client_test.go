@@ -276,18 +276,7 @@ func TestDoGivesUp(t *testing.T) {
 // redirected, Do returns the error.
 func TestDoDoesNotRepeatWhatRan(t *testing.T) {
 	t.Parallel()
-	fc := &fakeCluster{}
-	var bAddr atomic.Value
-	a := fc.node(t, func(_ *fakeSession, args []string) string {
-		if args[0] == "SET" {
-			return "+OK\r\n"
-		}
-		return respErr(fmt.Sprintf("MOVED %d %s", Slot(args[1]), bAddr.Load()))
-	})
-	b := fc.node(t, serveConstant("b"))
-	bAddr.Store(b.addr)
-	fc.setSlots(fakeRange{0, SlotCount - 1, a})
-	c, _ := newTestClient(t, a.addr)
+	c, a, b := setRunsTheRestMoved(t)
 
 	err := c.Do(context.Background(), "k", func(conn redis.Conn) error {
 		if _, err := conn.Do("SET", "k", "v"); err != nil {
@@ -315,18 +304,7 @@ func TestDoDoesNotRepeatWhatRan(t *testing.T) {
 // does not make the Do's command, which ran, run again.
 func TestDoDoesNotRepeatAPipelineThatRan(t *testing.T) {
 	t.Parallel()
-	fc := &fakeCluster{}
-	var bAddr atomic.Value
-	a := fc.node(t, func(_ *fakeSession, args []string) string {
-		if args[0] == "SET" {
-			return "+OK\r\n"
-		}
-		return respErr(fmt.Sprintf("MOVED %d %s", Slot(args[1]), bAddr.Load()))
-	})
-	b := fc.node(t, serveConstant("b"))
-	bAddr.Store(b.addr)
-	fc.setSlots(fakeRange{0, SlotCount - 1, a})
-	c, _ := newTestClient(t, a.addr)
+	c, a, b := setRunsTheRestMoved(t)
 
 	err := c.Do(context.Background(), "k", func(conn redis.Conn) error {
 		if err := conn.Send("GET", "k"); err != nil {
@@ -597,4 +575,22 @@ func TestDoFollowsAskWithAPipeline(t *testing.T) {
 	if got := b.received(); !slices.Equal(got, []string{"ASKING", "GET {p}1", "ASKING", "GET {p}2"}) {
 		t.Errorf("b received %q, want ASKING before each GET", got)
 	}
+}
+
+// setRunsTheRestMoved is a fake cluster where node a serves every slot,
+// runs SET and answers MOVED to b for anything else; b answers "b" to
+// everything. c is a client of it.
+func setRunsTheRestMoved(t *testing.T) (c *Client, a, b *fakeNode) {
+	t.Helper()
+	fc := &fakeCluster{}
+	b = fc.node(t, serveConstant("b"))
+	a = fc.node(t, func(_ *fakeSession, args []string) string {
+		if args[0] == "SET" {
+			return "+OK\r\n"
+		}
+		return respErr(fmt.Sprintf("MOVED %d %s", Slot(args[1]), b.addr))
+	})
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+	c, _ = newTestClient(t, a.addr)
+	return c, a, b
 }

@@ -124,15 +124,9 @@ func TestCluster(t *testing.T) {
 	t.Run("the credentials apply to every node", func(t *testing.T) {
 		// The ACL rules docs/operations.md gives, with CLUSTER SLOTS for
 		// the map; ACL users are per node, so each gets them.
-		rules := []any{"~*", "&*", "-@all", "+@read", "+@write", "+@scripting", "+@connection", "+@blocking",
-			"-@dangerous", "+info", "+role", "+time"}
 		for _, n := range cluster.Nodes {
-			for user, extra := range map[string][]any{"dq": {"+cluster|slots"}, "nomap": nil} {
-				args := append(append([]any{"SETUSER", user, "on", ">secret"}, rules...), extra...)
-				if _, err := n.Do("ACL", args...); err != nil {
-					t.Fatalf("ACL SETUSER at %s: %v", n.Addr, err)
-				}
-			}
+			redistest.SetACLUser(t, n.Do, "dq", "secret", "+cluster|slots")
+			redistest.SetACLUser(t, n.Do, "nomap", "secret")
 		}
 		opts := clusterOptions(cluster.Addrs()[0])
 		opts.Username, opts.Password = "dq", "secret"
@@ -400,18 +394,8 @@ func TestClusterTLS(t *testing.T) {
 				opts.TLS, opts.TLSConfig = true, cfg
 			}
 			c, err := New(opts, redistest.Logger(t), nil)
-			if tt.wantErr != "" {
-				if err == nil {
-					c.Close()
-					t.Fatalf("New succeeded, want an error containing %q", tt.wantErr)
-				}
-				if !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("New: %v; want an error containing %q", err, tt.wantErr)
-				}
+			if !opened(t, "New", c, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("New: %v", err)
 			}
 			defer c.Close()
 			owners := map[string]bool{}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -85,11 +86,7 @@ func TestDialACLUser(t *testing.T) {
 	// The permissions docs/operations.md lists for the server's ACL user;
 	// ROLE is only needed with Sentinel. (delayqueue's tests check that the
 	// engine needs no more.)
-	rules := []any{"SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "-@all",
-		"+@read", "+@write", "+@scripting", "+@connection", "+@blocking", "-@dangerous", "+info", "+role", "+time"}
-	if _, err := admin.Do("ACL", rules...); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
+	redistest.SetACLUser(t, admin.Do, "dq", "dq-secret")
 
 	tests := []struct {
 		name     string
@@ -107,18 +104,8 @@ func TestDialACLUser(t *testing.T) {
 			ro := connectivityOptions()
 			ro.Addr, ro.Username, ro.Password = srv.Addr, tt.username, tt.password
 			c, err := ro.Dial()
-			if tt.wantErr != "" {
-				if err == nil {
-					c.Close()
-					t.Fatalf("Dial succeeded, want an error containing %q", tt.wantErr)
-				}
-				if !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Dial error %q does not contain %q", err, tt.wantErr)
-				}
+			if !opened(t, "Dial", c, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Dial: %v", err)
 			}
 			defer c.Close()
 			who, err := redis.String(c.Do("ACL", "WHOAMI"))
@@ -162,18 +149,8 @@ func TestDialTLS(t *testing.T) {
 				t.Fatalf("TLS settings: %v", err)
 			}
 			c, err := ro.Dial()
-			if tt.wantErr != "" {
-				if err == nil {
-					c.Close()
-					t.Fatalf("Dial succeeded, want an error containing %q", tt.wantErr)
-				}
-				if !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Dial error %q does not contain %q", err, tt.wantErr)
-				}
+			if !opened(t, "Dial", c, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Dial: %v", err)
 			}
 			c.Close()
 			exerciseConnections(t, ro)
@@ -494,4 +471,23 @@ func TestClientWithoutACluster(t *testing.T) {
 	if err := c.Do(ctx, "a", func(redis.Conn) error { return nil }); err == nil {
 		t.Error("Do after Close succeeded")
 	}
+}
+
+// opened checks what opening something (what: "Dial", "New") gave: with
+// wantErr, an error containing it (c, opened anyway, is closed); without,
+// no error. It reports whether the caller goes on with c.
+func opened(t *testing.T, what string, c io.Closer, err error, wantErr string) bool {
+	t.Helper()
+	switch {
+	case wantErr == "" && err != nil:
+		t.Fatalf("%s: %v", what, err)
+	case wantErr == "":
+		return true
+	case err == nil:
+		c.Close()
+		t.Fatalf("%s succeeded, want an error containing %q", what, wantErr)
+	case !strings.Contains(err.Error(), wantErr):
+		t.Fatalf("%s: %v; want an error containing %q", what, err, wantErr)
+	}
+	return false
 }
