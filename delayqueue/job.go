@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -125,56 +124,24 @@ func (q *Queue) removeJobs(ctx context.Context, op string, lanesOf func(*partiti
 		return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
 	}
 	statuses := make([]RemoveStatus, len(ids))
-	if len(ids) == 1 {
-		reply, err := lanesOf(q.partitionOf(ids[0])).do(ctx, []any{ids[0]})
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", op, ids[0], err)
-		}
-		q.noteRemoved(reply, statuses, []int{0}, observe)
-		return statuses, nil
-	}
-	byPartition := make(map[*partition][]int)
-	var order []*partition
-	for i, id := range ids {
-		p := q.partitionOf(id)
-		if _, ok := byPartition[p]; !ok {
-			order = append(order, p)
-		}
-		byPartition[p] = append(byPartition[p], i)
-	}
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for k, p := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			idx := byPartition[p]
+	failed, firstErr := q.inPartitions(len(ids), func(i int) string { return ids[i] },
+		func(p *partition, idx []int) error {
 			args := make([]any, len(idx))
 			for j, i := range idx {
 				args[j] = ids[i]
 			}
 			reply, err := lanesOf(p).do(ctx, args)
 			if err != nil {
-				errs[k] = err
-				return
+				return err
 			}
 			q.noteRemoved(reply, statuses, idx, observe)
-		}()
-	}
-	wg.Wait()
-	failed := 0
-	var firstErr error
-	for k, err := range errs {
-		if err != nil {
-			for _, i := range byPartition[order[k]] {
+			return nil
+		},
+		func(idx []int, _ error) {
+			for _, i := range idx {
 				statuses[i] = RemoveFailed
 			}
-			failed += len(byPartition[order[k]])
-			if firstErr == nil {
-				firstErr = err
-			}
-		}
-	}
+		})
 	switch {
 	case failed == len(ids):
 		return nil, fmt.Errorf("%s %s: %w", op, ids[0], firstErr)

@@ -138,22 +138,7 @@ func (q *Queue) migrate(ctx context.Context) error {
 // migrationCall runs an exempt migration script on partition p's keys
 // followed by extra keys of the old layouts.
 func (q *Queue) migrationCall(ctx context.Context, p *partition, script *redis.Script, extra []string, args ...any) (any, error) {
-	all := make([]any, 0, 1+len(p.keys)+len(extra)+len(q.argvHeader)+1+len(args))
-	all = append(all, len(p.keys)+len(extra))
-	all = append(all, p.keys...)
-	for _, k := range extra {
-		all = append(all, k)
-	}
-	all = append(all, q.argvHeader...)
-	all = append(all, 0)
-	all = append(all, args...)
-	var reply any
-	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
-		var err error
-		reply, err = script.Do(c, all...)
-		return err
-	})
-	return reply, err
+	return q.callScript(ctx, p, false, script, nil, extra, args...)
 }
 
 // migrateV1 moves the jobs of this server's layout before partitions (a
@@ -399,20 +384,9 @@ func dropPartitionKeys(ctx context.Context, q *Queue, p *partition) error {
 			drop = append(drop, k.(string))
 		}
 		for _, prefix := range []string{q.keys.wakePrefix(p.tag), q.keys.controlPrefix(p.tag)} {
-			cursor := "0"
-			for {
-				reply, err := redis.Values(c.Do("SCAN", cursor, "MATCH", globEscape(prefix)+"*", "COUNT", 1000))
-				if err != nil {
-					return err
-				}
-				var page []string
-				if _, err := redis.Scan(reply, &cursor, &page); err != nil {
-					return err
-				}
-				drop = append(drop, page...)
-				if cursor == "0" {
-					break
-				}
+			var err error
+			if drop, err = scanOn(c, drop, globEscape(prefix)+"*", ""); err != nil {
+				return err
 			}
 		}
 		for _, k := range drop {

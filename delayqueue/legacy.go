@@ -68,27 +68,35 @@ func (q *Queue) importV0(ctx context.Context) (int, error) {
 func (q *Queue) scanKeys(ctx context.Context, pattern, typ string) ([]string, error) {
 	var keys []string
 	err := q.withConn(ctx, q.partitions[0].key(), func(c redis.Conn) error {
-		cursor := "0"
-		for {
-			args := []any{cursor, "MATCH", pattern, "COUNT", 1000}
-			if typ != "" {
-				args = append(args, "TYPE", typ)
-			}
-			reply, err := redis.Values(c.Do("SCAN", args...))
-			if err != nil {
-				return err
-			}
-			var page []string
-			if _, err := redis.Scan(reply, &cursor, &page); err != nil {
-				return err
-			}
-			keys = append(keys, page...)
-			if cursor == "0" {
-				return nil
-			}
-		}
+		var err error
+		keys, err = scanOn(c, keys, pattern, typ)
+		return err
 	})
 	return keys, err
+}
+
+// scanOn appends to keys those matching pattern, of type typ when set, on
+// the server of c.
+func scanOn(c redis.Conn, keys []string, pattern, typ string) ([]string, error) {
+	cursor := "0"
+	for {
+		args := []any{cursor, "MATCH", pattern, "COUNT", 1000}
+		if typ != "" {
+			args = append(args, "TYPE", typ)
+		}
+		reply, err := redis.Values(c.Do("SCAN", args...))
+		if err != nil {
+			return keys, err
+		}
+		var page []string
+		if _, err := redis.Scan(reply, &cursor, &page); err != nil {
+			return keys, err
+		}
+		keys = append(keys, page...)
+		if cursor == "0" {
+			return keys, nil
+		}
+	}
 }
 
 func globEscape(s string) string {

@@ -2,6 +2,8 @@ package delayqueue
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -67,4 +69,53 @@ func newPartition(q *Queue, number int, tag string, loops int, server *serverLan
 	p.finishes = server.finishes.lanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.finish))
 	p.deletes = server.deletes.lanes(MaxIDsPerCall, idCount, q.execRemovals(p, q.scripts.remove))
 	return p
+}
+
+// inPartitions runs call once for each partition holding some of n items
+// (item i belongs to job idOf(i)), with the indexes of its items in input
+// order: at once, one goroutine each, when they span several partitions.
+// For each call that fails, fail gets its items and its error. It returns
+// how many items failed, and the first error.
+func (q *Queue) inPartitions(n int, idOf func(int) string, call func(p *partition, idx []int) error, fail func(idx []int, err error)) (int, error) {
+	var (
+		order []*partition
+		items [][]int
+	)
+	for i := range n {
+		p := q.partitionOf(idOf(i))
+		k := slices.Index(order, p)
+		if k < 0 {
+			k = len(order)
+			order = append(order, p)
+			items = append(items, nil)
+		}
+		items[k] = append(items[k], i)
+	}
+	errs := make([]error, len(order))
+	if len(order) == 1 {
+		errs[0] = call(order[0], items[0])
+	} else {
+		var wg sync.WaitGroup
+		for k, p := range order {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[k] = call(p, items[k])
+			}()
+		}
+		wg.Wait()
+	}
+	failed := 0
+	var firstErr error
+	for k, err := range errs {
+		if err == nil {
+			continue
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		fail(items[k], err)
+		failed += len(items[k])
+	}
+	return failed, firstErr
 }

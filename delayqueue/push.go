@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -109,60 +108,27 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, err)
 	}
-	// The jobs of each partition, as indexes into jobs.
-	byPartition := make(map[*partition][]int, min(len(jobs), len(q.partitions)))
-	var order []*partition
-	for i, job := range jobs {
-		p := q.partitionOf(job.ID)
-		if _, ok := byPartition[p]; !ok {
-			order = append(order, p)
-		}
-		byPartition[p] = append(byPartition[p], i)
-	}
 	results := make([]PushResult, len(jobs))
-	errs := make([]error, len(order))
-	pushTo := func(k int) {
-		p := order[k]
-		call := pushCall{jobs: make([]*Job, len(byPartition[p]))}
-		for j, i := range byPartition[p] {
-			call.jobs[j] = &jobs[i]
-		}
-		reply, err := p.pushes.do(ctx, call)
-		if err != nil {
-			errs[k] = err
-			return
-		}
-		for j, i := range byPartition[p] {
-			results[i] = q.pushed(p, jobs[i], reply.now, reply.dueAndStatus[2*j], reply.dueAndStatus[2*j+1])
-		}
-	}
-	if len(order) == 1 {
-		pushTo(0)
-	} else {
-		var wg sync.WaitGroup
-		for k := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				pushTo(k)
-			}()
-		}
-		wg.Wait()
-	}
-	var firstErr error
-	failed := 0
-	for k, err := range errs {
-		if err == nil {
-			continue
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-		for _, i := range byPartition[order[k]] {
-			results[i] = PushResult{Status: PushFailed, Err: err}
-			failed++
-		}
-	}
+	failed, firstErr := q.inPartitions(len(jobs), func(i int) string { return jobs[i].ID },
+		func(p *partition, idx []int) error {
+			call := pushCall{jobs: make([]*Job, len(idx))}
+			for j, i := range idx {
+				call.jobs[j] = &jobs[i]
+			}
+			reply, err := p.pushes.do(ctx, call)
+			if err != nil {
+				return err
+			}
+			for j, i := range idx {
+				results[i] = q.pushed(p, jobs[i], reply.now, reply.dueAndStatus[2*j], reply.dueAndStatus[2*j+1])
+			}
+			return nil
+		},
+		func(idx []int, err error) {
+			for _, i := range idx {
+				results[i] = PushResult{Status: PushFailed, Err: err}
+			}
+		})
 	switch {
 	case failed == len(jobs):
 		return nil, fmt.Errorf("push %s: %w", jobs[0].ID, firstErr)

@@ -134,7 +134,7 @@ func (p *partition) withConn(ctx context.Context, f func(redis.Conn) error) erro
 // call is one script call on a partition: the partition's keys, then the
 // wake-up lists of topics, and the script's own arguments.
 func (q *Queue) call(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
-	return q.callScript(ctx, p, false, script, topics, args...)
+	return q.callScript(ctx, p, false, script, topics, nil, args...)
 }
 
 // callAck is call for changes acknowledged to a client (push, finish,
@@ -143,15 +143,22 @@ func (q *Queue) call(ctx context.Context, p *partition, script *redis.Script, to
 // fails with ErrNotReplicated when they don't in time, so that the client
 // retries rather than trusting a change a failover could lose.
 func (q *Queue) callAck(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
-	return q.callScript(ctx, p, q.opts.WaitReplicas > 0, script, topics, args...)
+	return q.callScript(ctx, p, q.opts.WaitReplicas > 0, script, topics, nil, args...)
 }
 
-func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script *redis.Script, topics []string, args ...any) (any, error) {
-	all := make([]any, 0, 1+len(p.keys)+len(topics)+len(q.argvHeader)+1+len(topics)+len(args))
-	all = append(all, len(p.keys)+len(topics))
+// callScript runs script on p with KEYS the partition's keys, the wake-up
+// lists of topics, then extra (the old layouts' keys a migration reads),
+// and ARGV the header, the topics and args; with wait, it waits for the
+// replicas (see callAck).
+func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script *redis.Script, topics, extra []string, args ...any) (any, error) {
+	all := make([]any, 0, 1+len(p.keys)+len(topics)+len(extra)+len(q.argvHeader)+1+len(topics)+len(args))
+	all = append(all, len(p.keys)+len(topics)+len(extra))
 	all = append(all, p.keys...)
 	for _, t := range topics {
 		all = append(all, q.keys.wake(p.tag, t))
+	}
+	for _, k := range extra {
+		all = append(all, k)
 	}
 	all = append(all, q.argvHeader...)
 	all = append(all, len(topics))
