@@ -145,3 +145,55 @@ func TestBatchDoneInPartWhenOnePartitionFails(t *testing.T) {
 		}
 	})
 }
+
+// Jobs claimed for a consumer that left are given back: ready again at
+// once, in the order they had, their delivery not counted; a job that
+// moved on since (finished) is left alone.
+func TestUnclaimGivesBackWhatAGoneConsumerWasGiven(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		const n = 9 // over every partition
+		for i := range n {
+			mustPush(t, q, Job{Topic: "back", ID: fmt.Sprintf("back-%d", i)})
+		}
+		first, err := q.PopBatch(ctx, []string{"back"}, n, time.Second)
+		if err != nil || len(first) != n {
+			t.Fatalf("pop = %d jobs, %v; want %d", len(first), err, n)
+		}
+		if err := q.Finish(ctx, first[n-1].ID); err != nil {
+			t.Fatal(err)
+		}
+		// Given back last first: each goes back to its own place, not behind
+		// those given back before it.
+		for i := len(first) - 1; i >= 0; i-- {
+			q.unclaim(first[i])
+		}
+		again, err := q.PopBatch(ctx, []string{"back"}, n, time.Second)
+		if err != nil || len(again) != n-1 {
+			t.Fatalf("pop after the give-back = %d jobs, %v; want the %d not finished", len(again), err, n-1)
+		}
+		pos := map[string]int{}
+		for i, d := range first {
+			pos[d.ID] = i
+		}
+		for _, d := range again {
+			if d.Attempts != 1 {
+				t.Errorf("%s given back comes with attempt %d, want 1: the lost delivery counts", d.ID, d.Attempts)
+			}
+			if _, ok := pos[d.ID]; !ok || d.ID == first[n-1].ID {
+				t.Errorf("%s delivered again, want only the unfinished jobs", d.ID)
+			}
+		}
+		// Within a partition, the order they had.
+		last := map[*partition]int{}
+		for _, d := range again {
+			p := q.partitionOf(d.ID)
+			if k, seen := last[p]; seen && pos[d.ID] < k {
+				t.Errorf("partition %d gave %s back after a job claimed after it", p.number, d.ID)
+			}
+			last[p] = pos[d.ID]
+		}
+	})
+}
