@@ -29,10 +29,12 @@ const (
 
 // Answers to the engine's refusals of a state change.
 const (
-	msgJobNotFound   = "job not found"
-	msgJobDead       = "job is dead-lettered"
-	msgNotReserved   = "job is not reserved"
-	msgStaleDelivery = "stale delivery: the attempt is not the job's current delivery"
+	msgJobNotFound   = wire.MsgJobNotFound
+	msgJobDead       = wire.MsgJobDead
+	msgNotReserved   = wire.MsgNotReserved
+	msgStaleDelivery = wire.MsgStaleDelivery + ": the attempt is not the job's current delivery"
+	// msgStaleAttempt names the attempt the request sent.
+	msgStaleAttempt = wire.MsgStaleDelivery + ": attempt %d is not the job's current delivery"
 )
 
 // writeEnvelope is the only function that writes a response. It writes at

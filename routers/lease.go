@@ -107,7 +107,7 @@ func (h *handler) failLeaseChange(w http.ResponseWriter, r *http.Request, op str
 	case errors.Is(err, delayqueue.ErrNotReserved) && state != "" && state != delayqueue.StateReserved:
 		fail(w, r, fmt.Sprintf("%s (it is %s)", msgNotReserved, state))
 	case errors.Is(err, delayqueue.ErrStaleDelivery) && attempt > 0:
-		fail(w, r, fmt.Sprintf("stale delivery: attempt %d is not the job's current delivery", attempt))
+		fail(w, r, fmt.Sprintf(msgStaleAttempt, attempt))
 	default:
 		h.failQueue(w, r, op, err)
 	}
