@@ -254,11 +254,13 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 			handle = recordRawAnswer(handle)
 		}
 		if rt.access == accessToken {
-			// The token check comes first, so that a page without the
-			// token gets 401 and can ask for it.
-			handle = h.requireKnownHost(handle)
+			// With a token, a page without it gets 401 and can ask for
+			// it, and a page with it may use any Host; without one, a
+			// browser must use a known Host.
 			if h.auth != nil {
 				handle = h.requireToken(handle)
+			} else {
+				handle = h.requireKnownHost(handle)
 			}
 		}
 		if rt.path == "/" {
