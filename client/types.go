@@ -263,8 +263,13 @@ func (j *Job) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*j = Job{ID: w.ID, Topic: w.Topic, Body: w.Body, TTR: time.Duration(w.TTR) * time.Second, Attempts: w.Attempts}
+	*j = jobOf(w)
 	return nil
+}
+
+// jobOf is the job a /pop delivery describes.
+func jobOf(w wire.Delivery) Job {
+	return Job{ID: w.ID, Topic: w.Topic, Body: w.Body, TTR: time.Duration(w.TTR) * time.Second, Attempts: w.Attempts}
 }
 
 // JobInfo is the stored view of a job, as /get answers it. Times the server
