@@ -140,11 +140,10 @@ func failRequest(w http.ResponseWriter, r *http.Request, err error) {
 	fail(w, r, err.Error())
 }
 
-// failQueue maps an engine error to an answer. Only the engine's sentinel
-// errors reach the client as such; anything else is logged and answered
-// generically.
-func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, err error) {
-	ctx := r.Context()
+// failureAttrs are the attributes failQueue logs a failure with. They are
+// built only for the failures it logs: the refusals and the overload it
+// answers per request are not.
+func failureAttrs(r *http.Request, op string, err error) []slog.Attr {
 	rec := recordOf(r)
 	attrs := []slog.Attr{slog.String("op", op), slog.String(logKeyErr, err.Error())}
 	if rec.topic != "" {
@@ -153,6 +152,14 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 	if rec.jobID != "" {
 		attrs = append(attrs, slog.String(logKeyJobID, rec.jobID))
 	}
+	return attrs
+}
+
+// failQueue maps an engine error to an answer. Only the engine's sentinel
+// errors reach the client as such; anything else is logged and answered
+// generically.
+func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, err error) {
+	ctx := r.Context()
 	switch {
 	case errors.Is(err, delayqueue.ErrTooManyWaiters):
 		// Not logged beyond the request line: under overload this happens
@@ -161,10 +168,10 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 	case errors.Is(err, delayqueue.ErrNotReplicated):
 		// Redis made the change but could not confirm its copy: the client
 		// retries, which at-least-once tolerates.
-		h.logger.LogAttrs(ctx, slog.LevelWarn, "change not replicated in time", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "change not replicated in time", failureAttrs(r, op, err)...)
 		fail(w, r, msgNotReplicated)
 	case errors.Is(err, delayqueue.ErrUnavailable):
-		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", failureAttrs(r, op, err)...)
 		fail(w, r, msgRedisUnavailable)
 	case errors.Is(err, delayqueue.ErrInvalidJob):
 		// The engine's own validation; its message says what is wrong.
@@ -183,10 +190,10 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		fail(w, r, msgStaleDelivery)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client went away; nobody reads this answer.
-		h.logger.LogAttrs(ctx, slog.LevelDebug, "request canceled by the client", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelDebug, "request canceled by the client", failureAttrs(r, op, err)...)
 		fail(w, r, msgRequestCanceled)
 	default:
-		h.logger.LogAttrs(ctx, slog.LevelError, "queue operation failed", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelError, "queue operation failed", failureAttrs(r, op, err)...)
 		fail(w, r, msgInternalError)
 	}
 }
