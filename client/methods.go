@@ -217,7 +217,7 @@ func (c *Client) Touch(ctx context.Context, id string, attempt int) (time.Time, 
 	if err := c.Call(ctx, "/touch", wire.TouchRequest{ID: id, Attempt: attempt}, &data); err != nil {
 		return time.Time{}, err
 	}
-	return timeOf(data.LeaseUntil, data.LeaseUntilMS), nil
+	return wire.TimeOf(data.LeaseUntil, data.LeaseUntilMS), nil
 }
 
 // Stats counts jobs per state for topic, or for every topic when topic is "".

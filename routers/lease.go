@@ -83,7 +83,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	if state == delayqueue.StateDead {
 		message = "released; its attempts are used up, so the job is dead-lettered"
 	}
-	succeed(w, r, message, wire.ReleaseResult{State: state, Due: unixSeconds(due), DueMS: unixMillis(due)})
+	succeed(w, r, message, wire.ReleaseResult{State: state, Due: wire.UnixSeconds(due), DueMS: wire.UnixMillis(due)})
 }
 
 // touch extends the lease of a reserved job to now + ttr, for long work.
@@ -103,7 +103,7 @@ func (h *handler) touch(w http.ResponseWriter, r *http.Request) {
 		h.failLeaseChange(w, r, "touch", err, state, req.Attempt)
 		return
 	}
-	succeed(w, r, "touched", wire.TouchResult{LeaseUntil: unixSeconds(until), LeaseUntilMS: unixMillis(until)})
+	succeed(w, r, "touched", wire.TouchResult{LeaseUntil: wire.UnixSeconds(until), LeaseUntilMS: wire.UnixMillis(until)})
 }
 
 // failLeaseChange answers a refused release, touch or checked finish with
