@@ -37,9 +37,10 @@ const (
 	msgStaleAttempt = wire.MsgStaleDelivery + ": attempt %d is not the job's current delivery"
 )
 
-// writeEnvelope is the only function that writes a response. It writes at
-// most once per request, so a handler that panics after answering is not
-// answered twice.
+// writeEnvelope writes every answer but those of the raw routes (the
+// metrics, the UI's pages), which write their own and are recorded by
+// recordRawAnswer. It writes at most once per request, so a handler that
+// panics after answering is not answered twice.
 func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, message string, data any) {
 	rec := recordOf(r)
 	if rec.written {
@@ -127,17 +128,6 @@ func fail(w http.ResponseWriter, r *http.Request, message string) {
 // of a batch.
 func failWithData(w http.ResponseWriter, r *http.Request, message string, data any) {
 	writeEnvelope(w, r, http.StatusOK, wire.CodeFailure, message, data)
-}
-
-// failRequest answers a request that could not be read or decoded.
-func failRequest(w http.ResponseWriter, r *http.Request, err error) {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeEnvelope(w, r, http.StatusRequestEntityTooLarge, wire.CodeFailure,
-			"request body is larger than max_body_bytes ("+strconv.FormatInt(tooLarge.Limit, 10)+" bytes)", nil)
-		return
-	}
-	fail(w, r, err.Error())
 }
 
 // failureAttrs are the attributes failQueue logs a failure with. They are
