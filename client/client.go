@@ -218,14 +218,6 @@ func preview(raw []byte) string {
 	return fmt.Sprintf("%q", raw)
 }
 
-// Messages (prefixes) of the lifecycle errors the server answers with code 1.
-const (
-	msgNotFound    = "job not found"
-	msgNotReserved = "job is not reserved"
-	msgDead        = "job is dead-lettered"
-	msgStale       = "stale delivery"
-)
-
 // IsLeaseLost reports whether err is the server refusing a release, a touch
 // or a FinishDelivery because the delivery is no longer the caller's: the job is unknown,
 // finished, dead-lettered, not reserved, or delivered again since (a stale
@@ -235,7 +227,7 @@ func IsLeaseLost(err error) bool {
 	if !errors.As(err, &apiErr) || apiErr.HTTPStatus != http.StatusOK {
 		return false
 	}
-	for _, prefix := range []string{msgNotFound, msgNotReserved, msgDead, msgStale} {
+	for _, prefix := range []string{wire.MsgJobNotFound, wire.MsgNotReserved, wire.MsgJobDead, wire.MsgStaleDelivery} {
 		if strings.HasPrefix(apiErr.Message, prefix) {
 			return true
 		}

@@ -713,3 +713,50 @@ func TestPopDeadlines(t *testing.T) {
 		}
 	})
 }
+
+// TestPopReadsTheDeliveries holds Pop and PopN to the answers a server may
+// give: null (the hold ended) is no job, not an empty one.
+func TestPopReadsTheDeliveries(t *testing.T) {
+	t.Parallel()
+	const delivery = `{"id":"j1","topic":"t","body":"b","ttr":30,"attempts":2}`
+	want := client.Job{ID: "j1", Topic: "t", Body: "b", TTR: 30 * time.Second, Attempts: 2}
+	ctx := context.Background()
+
+	t.Run("Pop", func(t *testing.T) {
+		for _, tc := range []struct {
+			data string
+			want *client.Job
+		}{
+			{"null", nil},
+			{delivery, &want},
+		} {
+			srv, _ := recordingServer(t, `{"code":0,"message":"ok","data":`+tc.data+`}`)
+			job, err := client.New(srv.URL).Pop(ctx, []string{"t"}, 0)
+			if err != nil {
+				t.Fatalf("data %s: %v", tc.data, err)
+			}
+			if (job == nil) != (tc.want == nil) || job != nil && *job != *tc.want {
+				t.Errorf("data %s: got %+v, want %+v", tc.data, job, tc.want)
+			}
+		}
+	})
+	t.Run("PopN", func(t *testing.T) {
+		for _, tc := range []struct {
+			data string
+			want []client.Job
+		}{
+			{"null", nil},
+			{"[]", []client.Job{}},
+			{"[" + delivery + "," + delivery + "]", []client.Job{want, want}},
+		} {
+			srv, _ := recordingServer(t, `{"code":0,"message":"ok","data":`+tc.data+`}`)
+			jobs, err := client.New(srv.URL).PopN(ctx, []string{"t"}, 2, 0)
+			if err != nil {
+				t.Fatalf("data %s: %v", tc.data, err)
+			}
+			if (jobs == nil) != (tc.want == nil) || !slices.Equal(jobs, tc.want) {
+				t.Errorf("data %s: got %+v (nil %t), want %+v", tc.data, jobs, jobs == nil, tc.want)
+			}
+		}
+	})
+}

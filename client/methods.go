@@ -16,7 +16,7 @@ import (
 // and existed reports it; without, existed is always false.
 func (c *Client) Push(ctx context.Context, job PushJob) (existed bool, err error) {
 	var data *wire.IfAbsentResult
-	if err := c.Call(ctx, "/push", job, &data); err != nil {
+	if err := c.Call(ctx, "/push", job.wireForm(), &data); err != nil {
 		return false, err
 	}
 	return data != nil && data.Exists, nil
@@ -81,11 +81,15 @@ func (c *Client) Pop(ctx context.Context, topics []string, hold time.Duration) (
 	if err != nil {
 		return nil, err
 	}
-	var job *Job
-	if err := c.call(ctx, "/pop", req, &job, timeout); err != nil {
+	var delivery *wire.Delivery
+	if err := c.call(ctx, "/pop", req, &delivery, timeout); err != nil {
 		return nil, err
 	}
-	return job, nil
+	if delivery == nil {
+		return nil, nil
+	}
+	job := jobOf(*delivery)
+	return &job, nil
 }
 
 // PopN waits up to hold for at least one job of the topics, then returns
@@ -103,9 +107,16 @@ func (c *Client) PopN(ctx context.Context, topics []string, count int, hold time
 	if err != nil {
 		return nil, err
 	}
-	jobs := []Job{}
-	if err := c.call(ctx, "/pop", req, &jobs, timeout); err != nil {
+	deliveries := []wire.Delivery{}
+	if err := c.call(ctx, "/pop", req, &deliveries, timeout); err != nil {
 		return nil, err
+	}
+	if deliveries == nil {
+		return nil, nil // the server answered null
+	}
+	jobs := make([]Job, len(deliveries))
+	for i, d := range deliveries {
+		jobs[i] = jobOf(d)
 	}
 	return jobs, nil
 }
@@ -206,7 +217,7 @@ func (c *Client) Touch(ctx context.Context, id string, attempt int) (time.Time, 
 	if err := c.Call(ctx, "/touch", wire.TouchRequest{ID: id, Attempt: attempt}, &data); err != nil {
 		return time.Time{}, err
 	}
-	return timeOf(data.LeaseUntil, data.LeaseUntilMS), nil
+	return wire.TimeOf(data.LeaseUntil, data.LeaseUntilMS), nil
 }
 
 // Stats counts jobs per state for topic, or for every topic when topic is "".

@@ -263,8 +263,13 @@ func (j *Job) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*j = Job{ID: w.ID, Topic: w.Topic, Body: w.Body, TTR: time.Duration(w.TTR) * time.Second, Attempts: w.Attempts}
+	*j = jobOf(w)
 	return nil
+}
+
+// jobOf is the job a /pop delivery describes.
+func jobOf(w wire.Delivery) Job {
+	return Job{ID: w.ID, Topic: w.Topic, Body: w.Body, TTR: time.Duration(w.TTR) * time.Second, Attempts: w.Attempts}
 }
 
 // JobInfo is the stored view of a job, as /get answers it. Times the server
@@ -317,10 +322,10 @@ func (j JobInfo) MarshalJSON() ([]byte, error) {
 		Retry:       []int{},
 		DeadReason:  j.DeadReason,
 	}
-	w.Delay, w.DelayMS = unixPair(j.Due)
-	w.CreatedAt, w.CreatedAtMS = unixPair(j.CreatedAt)
-	w.LeaseUntil, w.LeaseUntilMS = unixPairOrNil(j.LeaseUntil)
-	w.DeadAt, w.DeadAtMS = unixPairOrNil(j.DeadAt)
+	w.Delay, w.DelayMS = wire.UnixPair(j.Due)
+	w.CreatedAt, w.CreatedAtMS = wire.UnixPair(j.CreatedAt)
+	w.LeaseUntil, w.LeaseUntilMS = wire.OptionalUnixPair(j.LeaseUntil)
+	w.DeadAt, w.DeadAtMS = wire.OptionalUnixPair(j.DeadAt)
 	for _, wait := range j.Retry {
 		w.Retry = append(w.Retry, int(secondsUp(wait)))
 	}
@@ -338,15 +343,15 @@ func (j *JobInfo) UnmarshalJSON(data []byte) error {
 		ID:            w.ID,
 		Body:          w.Body,
 		TTR:           time.Duration(w.TTR) * time.Second,
-		Due:           timeOf(w.Delay, w.DelayMS),
+		Due:           wire.TimeOf(w.Delay, w.DelayMS),
 		State:         w.State,
 		Attempts:      w.Attempts,
-		CreatedAt:     timeOf(w.CreatedAt, w.CreatedAtMS),
+		CreatedAt:     wire.TimeOf(w.CreatedAt, w.CreatedAtMS),
 		MaxAttempts:   w.MaxAttempts,
 		AttemptsLimit: w.AttemptsLimit,
-		LeaseUntil:    timeOf(valueOf(w.LeaseUntil), valueOf(w.LeaseUntilMS)),
+		LeaseUntil:    wire.TimeOfOptional(w.LeaseUntil, w.LeaseUntilMS),
 		DeadReason:    w.DeadReason,
-		DeadAt:        timeOf(valueOf(w.DeadAt), valueOf(w.DeadAtMS)),
+		DeadAt:        wire.TimeOfOptional(w.DeadAt, w.DeadAtMS),
 	}
 	for _, wait := range w.Retry {
 		j.Retry = append(j.Retry, time.Duration(wait)*time.Second)
@@ -376,7 +381,7 @@ type ReleaseResult struct {
 // MarshalJSON writes the result as /release answers it.
 func (r ReleaseResult) MarshalJSON() ([]byte, error) {
 	w := wire.ReleaseResult{State: r.State}
-	w.Due, w.DueMS = unixPair(r.Due)
+	w.Due, w.DueMS = wire.UnixPair(r.Due)
 	return json.Marshal(w)
 }
 
@@ -386,7 +391,7 @@ func (r *ReleaseResult) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*r = ReleaseResult{State: w.State, Due: timeOf(w.Due, w.DueMS)}
+	*r = ReleaseResult{State: w.State, Due: wire.TimeOf(w.Due, w.DueMS)}
 	return nil
 }
 
@@ -417,8 +422,8 @@ func (d DeadJob) MarshalJSON() ([]byte, error) {
 // last call, which the client does not keep).
 func (d DeadJob) wireForm() wire.DeadJob {
 	w := wire.DeadJob{ID: d.ID, Topic: d.Topic, Body: d.Body, Attempts: d.Attempts, Reason: d.Reason}
-	w.DeadAt, w.DeadAtMS = unixPair(d.DeadAt)
-	w.CreatedAt, w.CreatedAtMS = unixPair(d.CreatedAt)
+	w.DeadAt, w.DeadAtMS = wire.UnixPair(d.DeadAt)
+	w.CreatedAt, w.CreatedAtMS = wire.UnixPair(d.CreatedAt)
 	return w
 }
 
@@ -434,7 +439,7 @@ func (d *DeadJob) UnmarshalJSON(data []byte) error {
 
 func newDeadJob(w wire.DeadJob) DeadJob {
 	return DeadJob{ID: w.ID, Topic: w.Topic, Body: w.Body, Attempts: w.Attempts, Reason: w.Reason,
-		DeadAt: timeOf(w.DeadAt, w.DeadAtMS), CreatedAt: timeOf(w.CreatedAt, w.CreatedAtMS)}
+		DeadAt: wire.TimeOf(w.DeadAt, w.DeadAtMS), CreatedAt: wire.TimeOf(w.CreatedAt, w.CreatedAtMS)}
 }
 
 // DeadPage is one page of a topic's dead letters, newest first.
@@ -487,41 +492,4 @@ func millisUp(d time.Duration) int64 {
 		ms++
 	}
 	return ms
-}
-
-// timeOf reads a time the API gives as unix seconds and milliseconds,
-// preferring the milliseconds; 0 (or absent) means unknown.
-func timeOf(seconds, millis int64) time.Time {
-	switch {
-	case millis != 0:
-		return time.UnixMilli(millis)
-	case seconds != 0:
-		return time.Unix(seconds, 0)
-	}
-	return time.Time{}
-}
-
-// unixPair is the inverse of timeOf.
-func unixPair(t time.Time) (seconds, millis int64) {
-	if t.IsZero() {
-		return 0, 0
-	}
-	return t.Unix(), t.UnixMilli()
-}
-
-// unixPairOrNil is unixPair for the times an answer leaves out when
-// unknown.
-func unixPairOrNil(t time.Time) (seconds, millis *int64) {
-	if t.IsZero() {
-		return nil, nil
-	}
-	return new(t.Unix()), new(t.UnixMilli())
-}
-
-// valueOf is the time *p, 0 (unknown) when the answer left it out.
-func valueOf(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }

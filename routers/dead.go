@@ -160,10 +160,10 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 			Body:        job.Body,
 			Attempts:    job.Attempts,
 			Reason:      job.DeadReason,
-			DeadAt:      unixSeconds(job.DeadAt),
-			DeadAtMS:    unixMillis(job.DeadAt),
-			CreatedAt:   unixSeconds(job.CreatedAt),
-			CreatedAtMS: unixMillis(job.CreatedAt),
+			DeadAt:      wire.UnixSeconds(job.DeadAt),
+			DeadAtMS:    wire.UnixMillis(job.DeadAt),
+			CreatedAt:   wire.UnixSeconds(job.CreatedAt),
+			CreatedAtMS: wire.UnixMillis(job.CreatedAt),
 		}
 		if job.Callback != nil {
 			call := newJobInfo(&job)

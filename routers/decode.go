@@ -60,12 +60,13 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
-			failRequest(w, r, err)
+			writeEnvelope(w, r, http.StatusRequestEntityTooLarge, wire.CodeFailure,
+				"request body is larger than max_body_bytes ("+strconv.FormatInt(tooLarge.Limit, 10)+" bytes)", nil)
 		case timed && errors.Is(err, os.ErrDeadlineExceeded):
 			seconds := strconv.FormatFloat(h.opts.ReadBodyTimeout.Seconds(), 'f', -1, 64)
 			writeEnvelope(w, r, http.StatusRequestTimeout, wire.CodeFailure, fmt.Sprintf(msgBodyTimeout, seconds), nil)
 		default:
-			failRequest(w, r, fmt.Errorf("could not read the request body: %w", err))
+			fail(w, r, "could not read the request body: "+err.Error())
 		}
 		return nil, false
 	}

@@ -29,15 +29,18 @@ const (
 
 // Answers to the engine's refusals of a state change.
 const (
-	msgJobNotFound   = "job not found"
-	msgJobDead       = "job is dead-lettered"
-	msgNotReserved   = "job is not reserved"
-	msgStaleDelivery = "stale delivery: the attempt is not the job's current delivery"
+	msgJobNotFound   = wire.MsgJobNotFound
+	msgJobDead       = wire.MsgJobDead
+	msgNotReserved   = wire.MsgNotReserved
+	msgStaleDelivery = wire.MsgStaleDelivery + ": the attempt is not the job's current delivery"
+	// msgStaleAttempt names the attempt the request sent.
+	msgStaleAttempt = wire.MsgStaleDelivery + ": attempt %d is not the job's current delivery"
 )
 
-// writeEnvelope is the only function that writes a response. It writes at
-// most once per request, so a handler that panics after answering is not
-// answered twice.
+// writeEnvelope writes every answer but those of the raw routes (the
+// metrics, the UI's pages), which write their own and are recorded by
+// recordRawAnswer. It writes at most once per request, so a handler that
+// panics after answering is not answered twice.
 func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, message string, data any) {
 	rec := recordOf(r)
 	if rec.written {
@@ -127,22 +130,10 @@ func failWithData(w http.ResponseWriter, r *http.Request, message string, data a
 	writeEnvelope(w, r, http.StatusOK, wire.CodeFailure, message, data)
 }
 
-// failRequest answers a request that could not be read or decoded.
-func failRequest(w http.ResponseWriter, r *http.Request, err error) {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeEnvelope(w, r, http.StatusRequestEntityTooLarge, wire.CodeFailure,
-			"request body is larger than max_body_bytes ("+strconv.FormatInt(tooLarge.Limit, 10)+" bytes)", nil)
-		return
-	}
-	fail(w, r, err.Error())
-}
-
-// failQueue maps an engine error to an answer. Only the engine's sentinel
-// errors reach the client as such; anything else is logged and answered
-// generically.
-func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, err error) {
-	ctx := r.Context()
+// failureAttrs are the attributes failQueue logs a failure with. They are
+// built only for the failures it logs: the refusals and the overload it
+// answers per request are not.
+func failureAttrs(r *http.Request, op string, err error) []slog.Attr {
 	rec := recordOf(r)
 	attrs := []slog.Attr{slog.String("op", op), slog.String(logKeyErr, err.Error())}
 	if rec.topic != "" {
@@ -151,6 +142,14 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 	if rec.jobID != "" {
 		attrs = append(attrs, slog.String(logKeyJobID, rec.jobID))
 	}
+	return attrs
+}
+
+// failQueue maps an engine error to an answer. Only the engine's sentinel
+// errors reach the client as such; anything else is logged and answered
+// generically.
+func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, err error) {
+	ctx := r.Context()
 	switch {
 	case errors.Is(err, delayqueue.ErrTooManyWaiters):
 		// Not logged beyond the request line: under overload this happens
@@ -159,10 +158,10 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 	case errors.Is(err, delayqueue.ErrNotReplicated):
 		// Redis made the change but could not confirm its copy: the client
 		// retries, which at-least-once tolerates.
-		h.logger.LogAttrs(ctx, slog.LevelWarn, "change not replicated in time", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "change not replicated in time", failureAttrs(r, op, err)...)
 		fail(w, r, msgNotReplicated)
 	case errors.Is(err, delayqueue.ErrUnavailable):
-		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", failureAttrs(r, op, err)...)
 		fail(w, r, msgRedisUnavailable)
 	case errors.Is(err, delayqueue.ErrInvalidJob):
 		// The engine's own validation; its message says what is wrong.
@@ -181,10 +180,10 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		fail(w, r, msgStaleDelivery)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client went away; nobody reads this answer.
-		h.logger.LogAttrs(ctx, slog.LevelDebug, "request canceled by the client", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelDebug, "request canceled by the client", failureAttrs(r, op, err)...)
 		fail(w, r, msgRequestCanceled)
 	default:
-		h.logger.LogAttrs(ctx, slog.LevelError, "queue operation failed", attrs...)
+		h.logger.LogAttrs(ctx, slog.LevelError, "queue operation failed", failureAttrs(r, op, err)...)
 		fail(w, r, msgInternalError)
 	}
 }

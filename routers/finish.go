@@ -53,8 +53,8 @@ func decodeIDs(body []byte, withAttempt bool) (idsRequest, error) {
 		if err != nil {
 			return idsRequest{}, err
 		}
-		attempt, err := obj.intField("attempt", 1, maxAttemptNumber, "the attempts of the delivery, as /pop gave them")
-		return idsRequest{ID: idReq.ID, Attempt: int(attempt)}, err
+		attempt, err := obj.attemptField()
+		return idsRequest{ID: idReq.ID, Attempt: attempt}, err
 	}
 	if obj.has("attempt") {
 		// Refused rather than ignored: the finish would not be checked.

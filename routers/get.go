@@ -13,14 +13,14 @@ func newJobInfo(info *delayqueue.JobInfo) wire.JobInfo {
 	view := wire.JobInfo{
 		Topic:       info.Topic,
 		ID:          info.ID,
-		Delay:       unixSeconds(info.DueAt),
+		Delay:       wire.UnixSeconds(info.DueAt),
 		TTR:         int64(info.TTR / time.Second),
 		Body:        info.Body,
-		DelayMS:     unixMillis(info.DueAt),
+		DelayMS:     wire.UnixMillis(info.DueAt),
 		State:       info.State,
 		Attempts:    info.Attempts,
-		CreatedAt:   unixSeconds(info.CreatedAt),
-		CreatedAtMS: unixMillis(info.CreatedAt),
+		CreatedAt:   wire.UnixSeconds(info.CreatedAt),
+		CreatedAtMS: wire.UnixMillis(info.CreatedAt),
 		MaxAttempts: info.MaxAttempts,
 		Retry:       info.Retry,
 	}
@@ -38,10 +38,10 @@ func newJobInfo(info *delayqueue.JobInfo) wire.JobInfo {
 	}
 	switch info.State {
 	case delayqueue.StateReserved:
-		view.LeaseUntil, view.LeaseUntilMS = timePair(info.LeaseUntil)
+		view.LeaseUntil, view.LeaseUntilMS = wire.OptionalUnixPair(info.LeaseUntil)
 	case delayqueue.StateDead:
 		view.DeadReason = info.DeadReason
-		view.DeadAt, view.DeadAtMS = timePair(info.DeadAt)
+		view.DeadAt, view.DeadAtMS = wire.OptionalUnixPair(info.DeadAt)
 	}
 	return view
 }
@@ -51,32 +51,6 @@ func newJobInfo(info *delayqueue.JobInfo) wire.JobInfo {
 func newCallback(cb *delayqueue.Callback) *wire.Callback {
 	return &wire.Callback{URL: cb.URL, Method: cb.Method, Headers: cb.Headers,
 		TimeoutSeconds: cb.TimeoutSeconds, FollowRedirects: cb.FollowRedirects}
-}
-
-// timePair returns t in unix seconds and milliseconds, both nil when t is
-// unknown, so that the fields are left out rather than 0.
-func timePair(t time.Time) (seconds, millis *int64) {
-	if t.IsZero() {
-		return nil, nil
-	}
-	s, ms := t.Unix(), t.UnixMilli()
-	return &s, &ms
-}
-
-// unixSeconds and unixMillis map the zero time (unknown, e.g. for a job
-// imported from the original server) to 0 rather than year 1.
-func unixSeconds(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.Unix()
-}
-
-func unixMillis(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
 }
 
 // get returns a job's stored view, or data null for an unknown id.

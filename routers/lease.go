@@ -11,8 +11,15 @@ import (
 	"github.com/delay-queue/delay-queue/wire"
 )
 
-// maxAttemptNumber bounds the "attempt" of /release and /touch.
+// maxAttemptNumber bounds the "attempt" of /release, /touch and /finish.
 const maxAttemptNumber = math.MaxInt32
+
+// attemptField returns the "attempt" of a /release, /touch or /finish body:
+// the delivery the request is about, 0 when absent (not checked).
+func (o jsonObject) attemptField() (int, error) {
+	attempt, err := o.intField("attempt", 1, maxAttemptNumber, "the attempts of the delivery, as /pop gave them")
+	return int(attempt), err
+}
 
 // leaseRequest is the body of /release and /touch. Delay (release only) is
 // nil when absent: the retry schedule then decides the next wait. Attempt is
@@ -46,11 +53,10 @@ func decodeLease(body []byte, withDelay bool) (leaseRequest, error) {
 		delay := time.Duration(seconds) * time.Second
 		req.Delay = &delay
 	}
-	attempt, err := obj.intField("attempt", 1, maxAttemptNumber, "the attempts of the delivery, as /pop gave them")
+	req.Attempt, err = obj.attemptField()
 	if err != nil {
 		return leaseRequest{}, err
 	}
-	req.Attempt = int(attempt)
 	return req, nil
 }
 
@@ -77,7 +83,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	if state == delayqueue.StateDead {
 		message = "released; its attempts are used up, so the job is dead-lettered"
 	}
-	succeed(w, r, message, wire.ReleaseResult{State: state, Due: unixSeconds(due), DueMS: unixMillis(due)})
+	succeed(w, r, message, wire.ReleaseResult{State: state, Due: wire.UnixSeconds(due), DueMS: wire.UnixMillis(due)})
 }
 
 // touch extends the lease of a reserved job to now + ttr, for long work.
@@ -97,17 +103,18 @@ func (h *handler) touch(w http.ResponseWriter, r *http.Request) {
 		h.failLeaseChange(w, r, "touch", err, state, req.Attempt)
 		return
 	}
-	succeed(w, r, "touched", wire.TouchResult{LeaseUntil: unixSeconds(until), LeaseUntilMS: unixMillis(until)})
+	succeed(w, r, "touched", wire.TouchResult{LeaseUntil: wire.UnixSeconds(until), LeaseUntilMS: wire.UnixMillis(until)})
 }
 
-// failLeaseChange answers a refused release or touch with the detail the
-// request and the engine give: the state found, the attempt sent.
+// failLeaseChange answers a refused release, touch or checked finish with
+// the detail the request and the engine give: the state found, the attempt
+// sent.
 func (h *handler) failLeaseChange(w http.ResponseWriter, r *http.Request, op string, err error, state string, attempt int) {
 	switch {
 	case errors.Is(err, delayqueue.ErrNotReserved) && state != "" && state != delayqueue.StateReserved:
 		fail(w, r, fmt.Sprintf("%s (it is %s)", msgNotReserved, state))
 	case errors.Is(err, delayqueue.ErrStaleDelivery) && attempt > 0:
-		fail(w, r, fmt.Sprintf("stale delivery: attempt %d is not the job's current delivery", attempt))
+		fail(w, r, fmt.Sprintf(msgStaleAttempt, attempt))
 	default:
 		h.failQueue(w, r, op, err)
 	}

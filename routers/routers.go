@@ -94,8 +94,9 @@ type Options struct {
 	UI http.Handler
 	// ObserveRequest, when not nil, is called once per request when it is
 	// answered, with the route's path ("unknown" for a path that has no
-	// route, so the label values are bounded), the envelope code (1 for a
-	// non-envelope answer whose status is not 200) and the duration.
+	// route, so the label values are bounded), the envelope code (for a
+	// non-envelope answer, 1 when its status is neither 200 nor 304) and
+	// the duration.
 	ObserveRequest func(endpoint string, code int, d time.Duration)
 }
 
@@ -254,11 +255,13 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 			handle = recordRawAnswer(handle)
 		}
 		if rt.access == accessToken {
-			// The token check comes first, so that a page without the
-			// token gets 401 and can ask for it.
-			handle = h.requireKnownHost(handle)
+			// With a token, a page without it gets 401 and can ask for
+			// it, and a page with it may use any Host; without one, a
+			// browser must use a known Host.
 			if h.auth != nil {
 				handle = h.requireToken(handle)
+			} else {
+				handle = h.requireKnownHost(handle)
 			}
 		}
 		if rt.path == "/" {

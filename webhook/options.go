@@ -67,8 +67,9 @@ type Options struct {
 	// is done; calls still running then are cut and given back. 0 means
 	// defaults.CallbackShutdownGrace.
 	ShutdownGrace time.Duration
-	// WakeTimeout is how long the dispatcher blocks on the wake-up list
-	// before claiming anyway (a safety net for lost wake-ups). 0 means 1s.
+	// WakeTimeout is how long the dispatcher waits for a wake-up
+	// (Queue.WaitCallbacks) before claiming anyway (a safety net for lost
+	// wake-ups). 0 means 1s.
 	WakeTimeout time.Duration
 	// Metrics, when not nil, observes every call.
 	Metrics Metrics

@@ -58,3 +58,14 @@ const (
 	StatusDeleted  = "deleted"
 	StatusUnknown  = "unknown" // no such job
 )
+
+// Prefixes of the messages of a code 1 answer refusing a state change
+// because the delivery is no longer the caller's. The server may add detail
+// after a prefix (the state found, the attempt sent); a client recognises a
+// lost lease by the prefix alone.
+const (
+	MsgJobNotFound   = "job not found"
+	MsgJobDead       = "job is dead-lettered"
+	MsgNotReserved   = "job is not reserved"
+	MsgStaleDelivery = "stale delivery"
+)
