@@ -196,6 +196,7 @@ func TestExchangesGolden(t *testing.T) {
 		`{"topic":"mail","id":"j1","delay":5,"delay_ms":1500,"ttr":30}`,
 		`{"topic":"mail","id":"j1","ttr":30,"delay":1.5}`,
 		`{"topic":"mail","id":"j1","ttr":30,"retry":null,"unknown":1}`,
+		`{"topic":"mail","id":"h1","delay":60,"body":"b","callback":{"url":"http://127.0.0.1:9/hook","method":"PUT","headers":{"X-A":"1"},"timeout":5,"follow_redirects":true}}`,
 	} {
 		var job client.PushJob
 		err := json.Unmarshal([]byte(line), &job)

@@ -59,7 +59,16 @@ type PushJob struct {
 	MaxAttempts int
 	// IfAbsent leaves an existing job with the same id untouched.
 	IfAbsent bool
+	// Callback makes the server deliver the job by calling a URL (a
+	// webhook job) instead of handing it to Pop; such a job may leave TTR
+	// at 0.
+	Callback *Callback
 }
+
+// Callback is where and how the server calls a webhook job: its URL, and
+// optionally the method, headers, timeout (seconds) and whether redirects
+// are followed (see docs/webhooks.md).
+type Callback = wire.Callback
 
 // MarshalJSON writes the job as the API's /push object.
 func (j PushJob) MarshalJSON() ([]byte, error) {
@@ -71,10 +80,15 @@ func (j PushJob) wireForm() wire.PushJob {
 	w := wire.PushJob{
 		Topic:       j.Topic,
 		ID:          j.ID,
-		TTR:         secondsUp(j.TTR),
 		Body:        j.Body,
 		MaxAttempts: j.MaxAttempts,
 		IfAbsent:    j.IfAbsent,
+		Callback:    j.Callback,
+	}
+	// A webhook job's lease comes from its callback's timeout: without a
+	// TTR of its own, it sends none.
+	if j.TTR != 0 || j.Callback == nil {
+		w.TTR = new(secondsUp(j.TTR))
 	}
 	if j.Delay%time.Second == 0 {
 		w.Delay = new(int64(j.Delay / time.Second))
@@ -102,10 +116,13 @@ func (j *PushJob) UnmarshalJSON(data []byte) error {
 	*j = PushJob{
 		Topic:       w.Topic,
 		ID:          w.ID,
-		TTR:         time.Duration(w.TTR) * time.Second,
 		Body:        w.Body,
 		MaxAttempts: w.MaxAttempts,
 		IfAbsent:    w.IfAbsent,
+		Callback:    w.Callback,
+	}
+	if w.TTR != nil {
+		j.TTR = time.Duration(*w.TTR) * time.Second
 	}
 	switch {
 	case w.DelayMS != nil:

@@ -12,7 +12,7 @@ type PushJob struct {
 	DelayMS *int64 `json:"delay_ms,omitempty"`
 	// TTR is how long one delivery may last, in seconds (1 to 86400). A
 	// job with a callback may leave it out.
-	TTR  int64  `json:"ttr"`
+	TTR  *int64 `json:"ttr,omitempty"`
 	Body string `json:"body"`
 	// Retry is the schedule of waits before each redelivery, in seconds.
 	Retry []int64 `json:"retry,omitempty"`

@@ -285,3 +285,41 @@ func TestPushFilePartlyStored(t *testing.T) {
 		t.Errorf("exit %d, summary of invalid lines mentions Redis:\n%s", r.code, r.stdout)
 	}
 }
+
+// TestPushFileKeepsCallbacks: a line with a callback is stored as a
+// webhook job, with every field of its callback and no ttr needed.
+func TestPushFileKeepsCallbacks(t *testing.T) {
+	url := startServer(t)
+	callback := `{"url":"http://127.0.0.1:9/hook","method":"PUT","headers":{"X-A":"1"},"timeout":5,"follow_redirects":true}`
+	path := writeLines(t,
+		`{"topic":"hooks","id":"h1","delay":3600,"body":"b","callback":`+callback+`}`,
+		jobLine("plain", "p"),
+	)
+	if r := dq(t, url, "push", "--file", path); r.code != exitOK {
+		t.Fatalf("push --file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	resp, err := http.Post(url+"/get", "application/json", strings.NewReader(`{"id":"h1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Code int
+		Data struct {
+			Callback json.RawMessage
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		t.Fatal(err)
+	}
+	var got, want any
+	if err := json.Unmarshal(answer.Data.Callback, &got); err != nil {
+		t.Fatalf("/get h1: code %d, callback %s: %v", answer.Code, answer.Data.Callback, err)
+	}
+	if err := json.Unmarshal([]byte(callback), &want); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("stored callback %s, want %s", answer.Data.Callback, callback)
+	}
+}
