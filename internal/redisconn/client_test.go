@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -593,4 +594,45 @@ func setRunsTheRestMoved(t *testing.T) (c *Client, a, b *fakeNode) {
 	fc.setSlots(fakeRange{0, SlotCount - 1, a})
 	c, _ = newTestClient(t, a.addr)
 	return c, a, b
+}
+
+// A fetch after the first asks the nodes of the current map before the
+// seeds: a seed that accepts connections and never answers costs the
+// first fetch its timeout, and no later one.
+func TestRefreshAsksCurrentNodesBeforeSeeds(t *testing.T) {
+	t.Parallel()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	var accepted atomic.Int32
+	go func() {
+		for {
+			conn, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	fc := &fakeCluster{}
+	a := fc.node(t, serveConstant("a"))
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+
+	c, _ := newTestClient(t, silent.Addr().String(), a.addr)
+	// The first fetch asked it (the seeds come first then) and timed out.
+	for deadline := time.Now().Add(5 * time.Second); accepted.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first fetch connected to the silent seed %d times, want once", accepted.Load())
+		}
+	}
+	m, err := c.fetchSlotMap(context.Background())
+	if err != nil || m.covered() != SlotCount {
+		t.Fatalf("fetchSlotMap = %v, %v; want a's full map", m, err)
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("the later fetch connected to the silent seed (%d connections): it asked it before a, the current primary", n)
+	}
 }

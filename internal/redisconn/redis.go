@@ -58,8 +58,9 @@ type Options struct {
 	SentinelAddrs []string
 	MasterName    string
 	// ClusterAddrs lists seed nodes of a Redis Cluster (host:port); setting
-	// it selects cluster mode. The seeds are asked for the slot map first,
-	// then the nodes the last map named; any node of the cluster will do.
+	// it selects cluster mode. The seeds are asked for the first slot map;
+	// later fetches ask the nodes the last map named first, then the
+	// seeds. Any node of the cluster will do.
 	ClusterAddrs []string
 
 	// MaxIdle and MaxActive bound a pool: the one pool of a server or a

@@ -164,13 +164,17 @@ func parseClusterSlots(reply any, from string) (*slotMap, error) {
 // asked for the slot map, so that a dead node does not hold a refresh long.
 const maxMapQueryTimeout = 2 * time.Second
 
-// fetchSlotMap asks the seeds, then the nodes of the current map, for the
-// slot map, and returns the first that covers every slot; when none does
-// (a failover under way), the one covering most.
+// fetchSlotMap asks the nodes of the current map (its primaries, then its
+// replicas), then the seeds, for the slot map, and returns the first that
+// covers every slot; when none does (a failover under way), the one
+// covering most. The current nodes come first: they answered a moment
+// ago, while a seed may have left the cluster or died long since, and an
+// unreachable one costs up to maxMapQueryTimeout. The first fetch has only
+// the seeds.
 func (c *Client) fetchSlotMap(ctx context.Context) (*slotMap, error) {
-	candidates := slices.Clone(c.opts.ClusterAddrs)
 	current := c.slots.Load()
-	for _, addr := range slices.Concat(current.primaries, current.replicas) {
+	var candidates []string
+	for _, addr := range slices.Concat(current.primaries, current.replicas, c.opts.ClusterAddrs) {
 		if !slices.Contains(candidates, addr) {
 			candidates = append(candidates, addr)
 		}
