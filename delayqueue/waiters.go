@@ -45,6 +45,11 @@ type popResult struct {
 type waiterRegistry struct {
 	mu      sync.Mutex
 	byTopic map[string]*list.List
+	// claiming counts, per topic, the waiters checked out by a dispatch
+	// loop: a topic stays listened to while it has any, so that a waiter
+	// coming back from a fruitless claim changes no loop's topics (and
+	// interrupts no BLPOP).
+	claiming map[string]int
 	// loopTopics[i] is the set of topics with waiters that loop i serves.
 	loopTopics []map[string]struct{}
 	// listeners[i] are signalled when loop i's topics change (for the loops
@@ -57,7 +62,8 @@ type waiterRegistry struct {
 }
 
 func newWaiterRegistry(loops int) *waiterRegistry {
-	r := &waiterRegistry{byTopic: make(map[string]*list.List), listeners: make([][]chan struct{}, loops)}
+	r := &waiterRegistry{byTopic: make(map[string]*list.List), claiming: make(map[string]int),
+		listeners: make([][]chan struct{}, loops)}
 	for i := 0; i < loops; i++ {
 		r.loopTopics = append(r.loopTopics, make(map[string]struct{}))
 	}
@@ -119,6 +125,10 @@ func (r *waiterRegistry) anyWaiting(topics []string) bool {
 func (r *waiterRegistry) add(w *waiter, front bool) []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.addLocked(w, front)
+}
+
+func (r *waiterRegistry) addLocked(w *waiter, front bool) []int {
 	var newLoops []int
 	w.elems = make(map[string]*list.Element, len(w.topics))
 	for _, t := range w.topics { // distinct (PopBatch)
@@ -145,14 +155,31 @@ func (r *waiterRegistry) add(w *waiter, front bool) []int {
 // unlinkLocked removes w from every FIFO. r.mu must be held.
 func (r *waiterRegistry) unlinkLocked(w *waiter) {
 	for t, e := range w.elems {
-		l := r.byTopic[t]
-		l.Remove(e)
-		if l.Len() == 0 {
-			delete(r.byTopic, t)
-			delete(r.loopTopics[r.loopOf(t)], t)
-		}
+		r.byTopic[t].Remove(e)
+		r.dropIfUnusedLocked(t)
 	}
 	w.elems = nil
+}
+
+// dropIfUnusedLocked stops listening to topic when no waiter of it is
+// queued or checked out. r.mu must be held.
+func (r *waiterRegistry) dropIfUnusedLocked(topic string) {
+	if l := r.byTopic[topic]; l != nil && l.Len() == 0 && r.claiming[topic] == 0 {
+		delete(r.byTopic, topic)
+		delete(r.loopTopics[r.loopOf(topic)], topic)
+	}
+}
+
+// settleLocked ends w's checkout in the counts of its topics. r.mu must be
+// held.
+func (r *waiterRegistry) settleLocked(w *waiter) {
+	w.checkedOut = false
+	for _, t := range w.topics {
+		if r.claiming[t]--; r.claiming[t] <= 0 {
+			delete(r.claiming, t)
+		}
+		r.dropIfUnusedLocked(t)
+	}
 }
 
 // checkout takes the first waiters of topic for one claim, in order, as
@@ -172,6 +199,9 @@ func (r *waiterRegistry) checkout(topic string, maxJobs int) []*waiter {
 			return ws
 		}
 		jobs += w.count
+		for _, t := range w.topics {
+			r.claiming[t]++
+		}
 		r.unlinkLocked(w)
 		w.checkedOut = true
 		ws = append(ws, w)
@@ -193,17 +223,29 @@ func (r *waiterRegistry) giveUp(w *waiter) bool {
 }
 
 // checkin ends a checkout that claimed nothing: w queues again at the front,
-// unless its Pop has stopped waiting, which is then told so.
+// unless its Pop has stopped waiting, which is then told so. It returns the
+// loops that gained a topic: none, as w's topics were kept while it was
+// checked out.
 func (r *waiterRegistry) checkin(w *waiter, err error) []int {
 	r.mu.Lock()
-	w.checkedOut = false
-	abandoned := w.abandoned
-	r.mu.Unlock()
-	if abandoned {
+	if w.abandoned {
+		r.settleLocked(w)
+		r.mu.Unlock()
 		w.result <- popResult{err: err}
 		return nil
 	}
-	return r.add(w, true)
+	newLoops := r.addLocked(w, true)
+	r.settleLocked(w)
+	r.mu.Unlock()
+	return newLoops
+}
+
+// handOut ends a checkout that claimed jobs for w, and sends them.
+func (r *waiterRegistry) handOut(w *waiter, ds []*Delivery) {
+	r.mu.Lock()
+	r.settleLocked(w)
+	r.mu.Unlock()
+	w.result <- popResult{deliveries: ds}
 }
 
 // topicsOf lists the topics loop i must listen to.
@@ -546,7 +588,7 @@ func (l *dispatchLoop) claimFor(ws []*waiter) (all, some bool, err error) {
 			l.q.wakeLoops(l.q.waiters.checkin(w, err))
 			continue
 		}
-		w.result <- popResult{deliveries: ds}
+		l.q.waiters.handOut(w, ds)
 		some = true
 	}
 	return all, some, err

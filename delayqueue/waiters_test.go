@@ -1,0 +1,99 @@
+package delayqueue
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// A topic stays listened to while its only waiter is checked out, so that
+// a fruitless claim gives the waiter back without changing any loop's
+// topics (which would interrupt that loop's BLPOP on every partition); it
+// goes once its last waiter is served or has left.
+func TestWaiterRegistryKeepsTopicsDuringAClaim(t *testing.T) {
+	errClaim := errors.New("claim failed")
+	for _, tc := range []struct {
+		name string
+		// end ends the checkout of w, whose Pop stopped waiting when
+		// abandoned.
+		end       func(r *waiterRegistry, w *waiter) []int
+		abandoned bool
+		// kept: the topics are still listened to afterwards.
+		kept bool
+		want popResult
+	}{
+		{"fruitless claim", func(r *waiterRegistry, w *waiter) []int { return r.checkin(w, nil) }, false, true, popResult{}},
+		{"jobs handed out", func(r *waiterRegistry, w *waiter) []int {
+			r.handOut(w, []*Delivery{{ID: "j"}})
+			return nil
+		}, false, false, popResult{deliveries: []*Delivery{{ID: "j"}}}},
+		{"pop gone during the claim", func(r *waiterRegistry, w *waiter) []int { return r.checkin(w, errClaim) }, true, false,
+			popResult{err: errClaim}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWaiterRegistry(4)
+			w := &waiter{topics: []string{"a", "b"}, count: 1, result: make(chan popResult, 1)}
+			loops := r.add(w, false)
+			if len(loops) == 0 {
+				t.Fatal("the first waiter of two topics gave no loop a topic")
+			}
+			listened := func() []string {
+				var all []string
+				for i := range r.loopTopics {
+					all = append(all, r.topicsOf(i)...)
+				}
+				slices.Sort(all)
+				return all
+			}
+			if ws := r.checkout("a", 1); len(ws) != 1 || ws[0] != w {
+				t.Fatalf("checkout = %v, want the waiter", ws)
+			}
+			if got := listened(); !slices.Equal(got, []string{"a", "b"}) {
+				t.Fatalf("topics listened to during the claim = %v, want [a b]", got)
+			}
+			if r.anyWaiting([]string{"a"}) {
+				t.Error("a checked-out waiter counts as queued: a new Pop would wait behind it")
+			}
+			if tc.abandoned && r.giveUp(w) {
+				t.Fatal("giveUp of a checked-out waiter said it was still queued")
+			}
+			if newLoops := tc.end(r, w); len(newLoops) != 0 {
+				t.Errorf("loops that gained a topic = %v, want none (no BLPOP to interrupt)", newLoops)
+			}
+			want := []string{"a", "b"}
+			if !tc.kept {
+				want = nil
+			}
+			if got := listened(); !slices.Equal(got, want) {
+				t.Errorf("topics listened to afterwards = %v, want %v", got, want)
+			}
+			if len(r.claiming) != 0 {
+				t.Errorf("checkouts still counted: %v", r.claiming)
+			}
+			select {
+			case got := <-w.result:
+				if tc.want.err == nil && len(tc.want.deliveries) == 0 {
+					t.Errorf("the waiter given back was sent %+v", got)
+				}
+				if !errors.Is(got.err, tc.want.err) || len(got.deliveries) != len(tc.want.deliveries) {
+					t.Errorf("result = %+v, want %+v", got, tc.want)
+				}
+			default:
+				if tc.want.err != nil || len(tc.want.deliveries) > 0 {
+					t.Errorf("no result sent, want %+v", tc.want)
+				}
+			}
+			if tc.kept {
+				// Queued again at the front: the next checkout finds it, and
+				// serving it drops the topics.
+				if ws := r.checkout("b", 1); len(ws) != 1 || ws[0] != w {
+					t.Fatalf("checkout after checkin = %v, want the waiter", ws)
+				}
+				r.handOut(w, []*Delivery{{ID: "j"}})
+				if got := listened(); len(got) != 0 {
+					t.Errorf("topics listened to after the waiter was served = %v, want none", got)
+				}
+			}
+		})
+	}
+}
