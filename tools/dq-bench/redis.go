@@ -3,15 +3,17 @@ package main
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // benchClientName is set on the tool's own Redis connections so that they
@@ -60,8 +62,8 @@ func dialRedis(addr string, db int, password, keyPrefix string) (*redisInspector
 		r.nodes = []redisNode{{addr: addr, conn: seed}}
 	} else {
 		r.cluster = true
-		primaries, err := clusterPrimaries(seed)
 		_ = seed.Close()
+		primaries, err := clusterPrimaries(addr, password)
 		if err != nil {
 			return nil, fmt.Errorf("redis cluster at %s: %w", addr, err)
 		}
@@ -98,48 +100,19 @@ func dialNode(addr string, db int, password string) (redis.Conn, error) {
 	return conn, nil
 }
 
-// clusterPrimaries asks a cluster node for CLUSTER SLOTS and returns the
-// primaries serving slots, sorted.
-func clusterPrimaries(conn redis.Conn) ([]string, error) {
-	reply, err := redis.Values(conn.Do("CLUSTER", "SLOTS"))
+// clusterPrimaries returns the primaries serving slots, sorted, from the
+// slot map of the cluster that the node at seed belongs to, as the server
+// reads it.
+func clusterPrimaries(seed, password string) ([]string, error) {
+	c, err := redisconn.New(redisconn.Options{ClusterAddrs: []string{seed}, Password: password,
+		ConnectTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 5 * time.Second}, nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+		return nil, err
 	}
-	return parseClusterSlotsPrimaries(reply)
-}
-
-// parseClusterSlotsPrimaries reads the primaries of a CLUSTER SLOTS reply:
-// entries [start, end, [host, port, id...], replicas...], the first node
-// of each being the range's primary.
-func parseClusterSlotsPrimaries(reply []any) ([]string, error) {
-	var primaries []string
-	for _, entry := range reply {
-		fields, err := redis.Values(entry, nil)
-		if err != nil || len(fields) < 3 {
-			return nil, fmt.Errorf("CLUSTER SLOTS: malformed entry %v", entry)
-		}
-		node, err := redis.Values(fields[2], nil)
-		if err != nil || len(node) < 2 {
-			return nil, fmt.Errorf("CLUSTER SLOTS: malformed node %v", fields[2])
-		}
-		host, err := redis.String(node[0], nil)
-		if err != nil {
-			return nil, fmt.Errorf("CLUSTER SLOTS: node host %v: %w", node[0], err)
-		}
-		port, err := redis.Int(node[1], nil)
-		if err != nil {
-			return nil, fmt.Errorf("CLUSTER SLOTS: node port %v: %w", node[1], err)
-		}
-		addr := net.JoinHostPort(host, strconv.Itoa(port))
-		if !slices.Contains(primaries, addr) {
-			primaries = append(primaries, addr)
-		}
-	}
-	if len(primaries) == 0 {
-		return nil, errors.New("CLUSTER SLOTS: no slot is served")
-	}
-	slices.Sort(primaries)
-	return primaries, nil
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.Primaries(ctx)
 }
 
 func (r *redisInspector) close() error {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"math"
-	"slices"
 	"testing"
 )
 
@@ -89,31 +88,5 @@ func TestConnectionBudget(t *testing.T) {
 				t.Errorf("connectionBudget(%d, %d, %d) = %d, want %d", tt.primaries, tt.maxActive, tt.partitions, got, tt.want)
 			}
 		})
-	}
-}
-
-func TestParseClusterSlotsPrimaries(t *testing.T) {
-	node := func(host string, port int64, id string) []any {
-		return []any{[]byte(host), port, []byte(id)}
-	}
-	reply := []any{
-		[]any{int64(10923), int64(16383), node("127.0.0.1", 7003, "c"), node("127.0.0.1", 7006, "f")},
-		[]any{int64(0), int64(5460), node("127.0.0.1", 7001, "a"), node("127.0.0.1", 7004, "d")},
-		[]any{int64(5461), int64(10922), node("127.0.0.1", 7002, "b")},
-		[]any{int64(100), int64(200), node("127.0.0.1", 7001, "a")}, // a second range of one primary
-		[]any{int64(300), int64(300), node("::1", 7007, "g")},
-	}
-	got, err := parseClusterSlotsPrimaries(reply)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "[::1]:7007"}
-	if !slices.Equal(got, want) {
-		t.Errorf("primaries = %v, want %v (replicas left out, each once, sorted)", got, want)
-	}
-	for _, bad := range [][]any{nil, {[]any{int64(0), int64(1)}}, {[]any{int64(0), int64(1), []any{[]byte("h")}}}} {
-		if got, err := parseClusterSlotsPrimaries(bad); err == nil {
-			t.Errorf("parseClusterSlotsPrimaries(%v) = %v, want an error", bad, got)
-		}
 	}
 }
