@@ -197,3 +197,53 @@ func TestUnclaimGivesBackWhatAGoneConsumerWasGiven(t *testing.T) {
 		}
 	})
 }
+
+// A pop reads the partitions for ready jobs of its topics, those of one
+// server in one pipeline: a partition whose reads fail (here its ready
+// index is not a ZSET, so each reply is WRONGTYPE) is left out, and the
+// job of another partition read in the same pipeline is still found and
+// claimed.
+func TestPopFindsAJobWhenAnotherPartitionsReadFails(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 4 })
+		ctx := context.Background()
+		cursor := q.partitions[q.claimCursor.Load()%uint32(len(q.partitions))]
+		var broken, holder *partition
+		for _, p := range q.partitions {
+			if p != cursor && broken == nil {
+				broken = p
+			} else if p != cursor && p != broken && holder == nil {
+				holder = p
+			}
+		}
+		// The job goes to the partition after the broken one in the order
+		// of the reads, so that an error left in the pipeline would lose it.
+		id := ""
+		for i := 0; id == ""; i++ {
+			if c := fmt.Sprintf("found-%d", i); q.partitionOf(c) == holder {
+				id = c
+			}
+		}
+		if _, err := q.Push(ctx, Job{Topic: "readfail", ID: id, TTR: time.Minute, Body: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		err := q.rdb.Do(ctx, broken.key(), func(c redis.Conn) error {
+			_, err := c.Do("SET", broken.keyAt(keyReady), "not a zset")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two topics: a pop reads every partition first (the first listed
+		// topic wins), two replies each.
+		d, err := q.Pop(ctx, []string{"readfail-none", "readfail"}, 0)
+		if err != nil || d == nil || d.ID != id {
+			t.Fatalf("Pop = %+v, %v; want job %s from partition %d (partition %d's read fails)", d, err, id,
+				holder.number, broken.number)
+		}
+		if broken.isDown() {
+			t.Error("a partition whose Redis answered with an error was marked down")
+		}
+	})
+}

@@ -221,18 +221,41 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 // byBestTopic orders the partitions of order (kept for ties) by the first
 // of topics each has ready, leaving out those with none, and those whose
 // read failed (the first failure is returned with the others' order).
+// Partitions on one server are read in one pipeline, on one connection
+// (one Redis holds them all; a cluster primary holds several), and the
+// servers at once: an empty Pop costs a connection and a goroutine per
+// server, not per partition.
 func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string) ([]uint32, error) {
 	best := make([]int, len(order))
 	errs := make([]error, len(order))
-	var wg sync.WaitGroup
+	var servers []string
+	groups := map[string][]int{} // server -> indexes in order
 	for i, at := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			best[i], errs[i] = q.firstReadyTopic(ctx, q.partitions[at], topics)
-		}()
+		addr := serverOf(q.rdb, q.partitions[at].key())
+		if _, ok := groups[addr]; !ok {
+			servers = append(servers, addr)
+		}
+		groups[addr] = append(groups[addr], i)
 	}
-	wg.Wait()
+	read := func(group []int) {
+		parts := make([]*partition, len(group))
+		for k, i := range group {
+			parts[k] = q.partitions[order[i]]
+		}
+		firsts, perr := q.firstReadyTopics(ctx, parts, topics)
+		for k, i := range group {
+			best[i], errs[i] = firsts[k], perr[k]
+		}
+	}
+	if len(servers) == 1 {
+		read(groups[servers[0]])
+	} else {
+		var wg sync.WaitGroup
+		for _, addr := range servers {
+			wg.Go(func() { read(groups[addr]) })
+		}
+		wg.Wait()
+	}
 	var firstErr error
 	ranked := make([]int, 0, len(order))
 	for i := range order {
@@ -254,42 +277,93 @@ func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string
 	return out, firstErr
 }
 
-// firstReadyTopic is the index of the first of topics with ready jobs in
-// partition p, or -1.
-func (q *Queue) firstReadyTopic(ctx context.Context, p *partition, topics []string) (int, error) {
-	first := -1
-	err := p.withConn(ctx, func(c redis.Conn) error {
-		has, err := p.hasReady(c, topics)
-		if err == nil {
-			first = slices.Index(has, true)
+// firstReadyTopics gives, for each of parts (partitions on one server),
+// the index of the first of topics with ready jobs there, or -1, and the
+// error of its read: all their reads go in one pipeline, on a connection
+// to the first one's server. A partition whose reply is an error (its slot
+// moved since the map was read) has that error; one whose Redis did not
+// answer is marked down.
+func (q *Queue) firstReadyTopics(ctx context.Context, parts []*partition, topics []string) ([]int, []error) {
+	firsts := make([]int, len(parts))
+	errs := make([]error, len(parts))
+	for k := range firsts {
+		firsts[k] = -1
+	}
+	err := q.withConn(ctx, parts[0].key(), func(c redis.Conn) error {
+		for _, p := range parts {
+			if err := p.sendHasReady(c, topics); err != nil {
+				return err
+			}
 		}
-		return err
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		for k, p := range parts {
+			has, err := p.receiveHasReady(c, topics)
+			var reply redis.Error
+			switch {
+			case errors.As(err, &reply):
+				if transientRedisError(reply) {
+					err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+				}
+				errs[k] = err
+			case err != nil:
+				return err // the connection failed: every partition's read did
+			default:
+				firsts[k] = slices.Index(has, true)
+			}
+		}
+		return nil
 	})
-	return first, err
+	for k, p := range parts {
+		if err != nil {
+			errs[k] = err
+		}
+		p.noteError(errs[k])
+	}
+	return firsts, errs
 }
 
 // hasReady says, per topic, whether the partition has ready jobs of it:
 // one ZRANGEBYLEX per topic, pipelined on c, where a claim would cost a
 // script call per topic.
 func (p *partition) hasReady(c redis.Conn, topics []string) ([]bool, error) {
-	has := make([]bool, len(topics))
+	if err := p.sendHasReady(c, topics); err != nil {
+		return make([]bool, len(topics)), err
+	}
+	if err := c.Flush(); err != nil {
+		return make([]bool, len(topics)), err
+	}
+	return p.receiveHasReady(c, topics)
+}
+
+// sendHasReady sends hasReady's reads, and receiveHasReady reads their
+// replies, all of them even when one is an error (whose error it returns).
+func (p *partition) sendHasReady(c redis.Conn, topics []string) error {
 	for _, t := range topics {
 		lo, hi := topicRange(t)
 		if err := c.Send("ZRANGEBYLEX", p.keyAt(keyReady), lo, hi, "LIMIT", 0, 1); err != nil {
-			return has, err
+			return err
 		}
 	}
-	if err := c.Flush(); err != nil {
-		return has, err
-	}
+	return nil
+}
+
+func (p *partition) receiveHasReady(c redis.Conn, topics []string) ([]bool, error) {
+	has := make([]bool, len(topics))
+	var firstErr error
 	for i := range topics {
 		members, err := redis.Strings(c.Receive())
-		if err != nil {
-			return has, err
+		var reply redis.Error
+		if err != nil && !errors.As(err, &reply) {
+			return has, err // the connection failed: nothing more to read
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
 		}
 		has[i] = len(members) > 0
 	}
-	return has, nil
+	return has, firstErr
 }
 
 // claimOn claims on partition p for calls, in one script call shared with
