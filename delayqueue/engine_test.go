@@ -542,7 +542,7 @@ func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 				l.mu.Lock()
 				blocked := l.blocked
 				l.mu.Unlock()
-				if blocked && len(q.waiters.topicsOf(l.index)) > 0 {
+				if topics, _, _ := q.waiters.topicsOf(l.index, 0); blocked && len(topics) > 0 {
 					return true
 				}
 			}

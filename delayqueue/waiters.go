@@ -50,8 +50,11 @@ type waiterRegistry struct {
 	// coming back from a fruitless claim changes no loop's topics (and
 	// interrupts no BLPOP).
 	claiming map[string]int
-	// loopTopics[i] is the set of topics with waiters that loop i serves.
-	loopTopics []map[string]struct{}
+	// loopTopics[i] is the set of topics with waiters that loop i serves,
+	// and loopVersions[i] counts its changes, so that a loop rebuilds its
+	// BLPOP's keys only when they changed.
+	loopTopics   []map[string]struct{}
+	loopVersions []uint64
 	// listeners[i] are signalled when loop i's topics change (for the loops
 	// of every partition: a channel per partition, see listen).
 	listeners [][]chan struct{}
@@ -66,6 +69,10 @@ func newWaiterRegistry(loops int) *waiterRegistry {
 		listeners: make([][]chan struct{}, loops)}
 	for i := 0; i < loops; i++ {
 		r.loopTopics = append(r.loopTopics, make(map[string]struct{}))
+	}
+	r.loopVersions = make([]uint64, loops)
+	for i := range r.loopVersions {
+		r.loopVersions[i] = 1 // 0 is the version of a loop that has read none
 	}
 	r.hooks.changed = make(chan struct{})
 	return r
@@ -138,6 +145,7 @@ func (r *waiterRegistry) addLocked(w *waiter, front bool) []int {
 			r.byTopic[t] = l
 			i := r.loopOf(t)
 			r.loopTopics[i][t] = struct{}{}
+			r.loopVersions[i]++
 			if !slices.Contains(newLoops, i) {
 				newLoops = append(newLoops, i)
 			}
@@ -166,7 +174,9 @@ func (r *waiterRegistry) unlinkLocked(w *waiter) {
 func (r *waiterRegistry) dropIfUnusedLocked(topic string) {
 	if l := r.byTopic[topic]; l != nil && l.Len() == 0 && r.claiming[topic] == 0 {
 		delete(r.byTopic, topic)
-		delete(r.loopTopics[r.loopOf(topic)], topic)
+		i := r.loopOf(topic)
+		delete(r.loopTopics[i], topic)
+		r.loopVersions[i]++
 	}
 }
 
@@ -248,15 +258,21 @@ func (r *waiterRegistry) handOut(w *waiter, ds []*Delivery) {
 	w.result <- popResult{deliveries: ds}
 }
 
-// topicsOf lists the topics loop i must listen to.
-func (r *waiterRegistry) topicsOf(i int) []string {
+// topicsOf lists the topics loop i must listen to, and the version of
+// that list; given the version the caller has (0 for none), it returns nil
+// and false when nothing changed since.
+func (r *waiterRegistry) topicsOf(i int, have uint64) ([]string, uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	v := r.loopVersions[i]
+	if v == have {
+		return nil, v, false
+	}
 	topics := make([]string, 0, len(r.loopTopics[i]))
 	for t := range r.loopTopics[i] {
 		topics = append(topics, t)
 	}
-	return topics
+	return topics, v, true
 }
 
 // hookWaiters are the webhook dispatchers of this process waiting for
@@ -381,9 +397,21 @@ func (l *dispatchLoop) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	hookKey := l.p.keyAt(keyHookWake)
 	wakePrefix := l.q.keys.wakePrefix(l.p.tag)
+	// The BLPOP's keys are built again only when the loop's topics change:
+	// a loop of a cluster's partition may serve a thousand topics.
+	var (
+		topics   []string
+		version  uint64
+		wakeKeys []any
+		keyOf    map[string]string
+		args     []any
+	)
 	for ctx.Err() == nil {
 		l.setBlocked(true)
-		topics := l.q.waiters.topicsOf(l.index)
+		if ts, v, changed := l.q.waiters.topicsOf(l.index, version); changed {
+			topics, version = ts, v
+			wakeKeys, keyOf = l.wakeKeysOf(topics, keyOf)
+		}
 		hooks := l.listensForHooks()
 		if len(topics) == 0 && !hooks {
 			l.setBlocked(false)
@@ -407,10 +435,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			}
 			conn = c
 		}
-		args := make([]any, 0, len(topics)+3)
-		for _, t := range topics {
-			args = append(args, l.q.keys.wake(l.p.tag, t))
-		}
+		args = append(args[:0], wakeKeys...)
 		if hooks {
 			args = append(args, hookKey)
 		}
@@ -463,6 +488,22 @@ func (l *dispatchLoop) run(ctx context.Context) {
 		}
 		health.ok()
 	}
+}
+
+// wakeKeysOf returns the wake-up lists of topics in this partition, as
+// BLPOP arguments, taking the names known (by topic) from an earlier call,
+// and the names by topic for the next one.
+func (l *dispatchLoop) wakeKeysOf(topics []string, known map[string]string) ([]any, map[string]string) {
+	keys := make([]any, len(topics))
+	names := make(map[string]string, len(topics))
+	for i, t := range topics {
+		k, ok := known[t]
+		if !ok {
+			k = l.q.keys.wake(l.p.tag, t)
+		}
+		keys[i], names[t] = k, k
+	}
+	return keys, names
 }
 
 // dispatchBlock is how long one BLPOP of a dispatch loop blocks: the scan

@@ -40,10 +40,15 @@ func TestWaiterRegistryKeepsTopicsDuringAClaim(t *testing.T) {
 			listened := func() []string {
 				var all []string
 				for i := range r.loopTopics {
-					all = append(all, r.topicsOf(i)...)
+					topics, _, _ := r.topicsOf(i, 0)
+					all = append(all, topics...)
 				}
 				slices.Sort(all)
 				return all
+			}
+			versions := make([]uint64, len(r.loopTopics))
+			for i := range versions {
+				_, versions[i], _ = r.topicsOf(i, 0)
 			}
 			if ws := r.checkout("a", 1); len(ws) != 1 || ws[0] != w {
 				t.Fatalf("checkout = %v, want the waiter", ws)
@@ -66,6 +71,16 @@ func TestWaiterRegistryKeepsTopicsDuringAClaim(t *testing.T) {
 			}
 			if got := listened(); !slices.Equal(got, want) {
 				t.Errorf("topics listened to afterwards = %v, want %v", got, want)
+			}
+			for i, v := range versions {
+				// A loop rebuilds its BLPOP's keys only when its version moved:
+				// after a fruitless claim none did; once the waiter is gone,
+				// those of its topics did.
+				_, _, changed := r.topicsOf(i, v)
+				serves := i == r.loopOf("a") || i == r.loopOf("b")
+				if want := serves && !tc.kept; changed != want {
+					t.Errorf("loop %d's topics changed: %v, want %v", i, changed, want)
+				}
 			}
 			if len(r.claiming) != 0 {
 				t.Errorf("checkouts still counted: %v", r.claiming)
