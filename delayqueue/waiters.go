@@ -524,36 +524,13 @@ func blockingError(err error) error {
 }
 
 // readyTopics returns those of topics that have ready jobs in the
-// partition. Held pops wait because their topics have nothing ready, so
-// mostly none has: one HMGET of the topics' ready counters finds the few
-// that may (a counter also counts a topic's ready webhook jobs, which
-// /pop never takes), and only those are read exactly, one cheap read each,
-// pipelined, where a claim would cost a script call per topic. A loop
-// serving a thousand topics costs Redis one command a second, not a
-// thousand.
+// partition: one cheap read per topic, pipelined, where a claim would cost
+// a script call per topic.
 func (l *dispatchLoop) readyTopics(ctx context.Context, topics []string) ([]string, error) {
 	var ready []string
 	err := l.q.withConn(ctx, l.p.key(), func(c redis.Conn) error {
-		args := make([]any, 0, 1+len(topics))
-		args = append(args, l.p.keyAt(keyCounts))
-		for _, t := range topics {
-			args = append(args, StateReady+","+t)
-		}
-		counts, err := redis.Strings(c.Do("HMGET", args...))
-		if err != nil {
-			return err
-		}
-		var maybe []string
-		for i, n := range counts {
-			if n != "" && n != "0" {
-				maybe = append(maybe, topics[i])
-			}
-		}
-		if len(maybe) == 0 {
-			return nil
-		}
-		has, err := l.p.hasReady(c, maybe)
-		for i, t := range maybe {
+		has, err := l.p.hasReady(c, topics)
+		for i, t := range topics {
 			if has[i] {
 				ready = append(ready, t)
 			}
