@@ -1,9 +1,12 @@
 package delayqueue
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // A topic stays listened to while its only waiter is checked out, so that
@@ -111,4 +114,37 @@ func TestWaiterRegistryKeepsTopicsDuringAClaim(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A dispatch loop's safety net reads which of its topics have ready jobs:
+// a topic with a ready job counts, one with only a ready webhook job (in
+// the counters, but never popped) or with none does not.
+func TestLoopReadyTopics(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		p := q.partitions[0]
+		idIn := func(prefix string) string {
+			for i := 0; ; i++ {
+				if id := fmt.Sprintf("%s-%d", prefix, i); q.partitionOf(id) == p {
+					return id
+				}
+			}
+		}
+		jobs := []Job{
+			{Topic: "rt-ready", ID: idIn("r"), TTR: time.Minute},
+			{Topic: "rt-hook", ID: idIn("h"), Callback: &Callback{URL: "http://127.0.0.1:9/"}},
+			{Topic: "rt-later", ID: idIn("l"), TTR: time.Minute, Delay: time.Hour},
+		}
+		for _, j := range jobs {
+			if _, err := q.Push(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := p.loops[0].readyTopics(ctx, []string{"rt-none", "rt-hook", "rt-later", "rt-ready"})
+		if err != nil || !slices.Equal(got, []string{"rt-ready"}) {
+			t.Fatalf("readyTopics = %v, %v; want [rt-ready]", got, err)
+		}
+	})
 }
