@@ -219,12 +219,7 @@ func TestPopFindsAJobWhenAnotherPartitionsReadFails(t *testing.T) {
 		}
 		// The job goes to the partition after the broken one in the order
 		// of the reads, so that an error left in the pipeline would lose it.
-		id := ""
-		for i := 0; id == ""; i++ {
-			if c := fmt.Sprintf("found-%d", i); q.partitionOf(c) == holder {
-				id = c
-			}
-		}
+		id := idIn(q, holder, "found")
 		if _, err := q.Push(ctx, Job{Topic: "readfail", ID: id, TTR: time.Minute, Body: "b"}); err != nil {
 			t.Fatal(err)
 		}

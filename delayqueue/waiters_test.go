@@ -125,17 +125,10 @@ func TestLoopReadyTopics(t *testing.T) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
 		p := q.partitions[0]
-		idIn := func(prefix string) string {
-			for i := 0; ; i++ {
-				if id := fmt.Sprintf("%s-%d", prefix, i); q.partitionOf(id) == p {
-					return id
-				}
-			}
-		}
 		jobs := []Job{
-			{Topic: "rt-ready", ID: idIn("r"), TTR: time.Minute},
-			{Topic: "rt-hook", ID: idIn("h"), Callback: &Callback{URL: "http://127.0.0.1:9/"}},
-			{Topic: "rt-later", ID: idIn("l"), TTR: time.Minute, Delay: time.Hour},
+			{Topic: "rt-ready", ID: idIn(q, p, "r"), TTR: time.Minute},
+			{Topic: "rt-hook", ID: idIn(q, p, "h"), Callback: &Callback{URL: "http://127.0.0.1:9/"}},
+			{Topic: "rt-later", ID: idIn(q, p, "l"), TTR: time.Minute, Delay: time.Hour},
 		}
 		for _, j := range jobs {
 			if _, err := q.Push(ctx, j); err != nil {
@@ -147,4 +140,13 @@ func TestLoopReadyTopics(t *testing.T) {
 			t.Fatalf("readyTopics = %v, %v; want [rt-ready]", got, err)
 		}
 	})
+}
+
+// idIn is the first id "<prefix>-<n>" that falls in partition p.
+func idIn(q *Queue, p *partition, prefix string) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("%s-%d", prefix, i); q.partitionOf(id) == p {
+			return id
+		}
+	}
 }
