@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/pause"
 )
 
 // Worker defaults.
@@ -228,13 +230,13 @@ func (r *workerRun) consume(ctx context.Context, stop context.CancelCauseFunc, h
 			failures++
 			wait := min(popRetryMin<<min(failures-1, 10), popRetryMax)
 			r.logger.Warn("pop failed, retrying", logKeyErr, err.Error(), "retry_in", wait)
-			sleep(ctx, wait)
+			_ = pause.For(ctx, wait)
 			continue
 		}
 		failures = 0
 		if job == nil {
 			if time.Since(started) < r.pollTimeout/2 {
-				sleep(ctx, earlyEmptyWait)
+				_ = pause.For(ctx, earlyEmptyWait)
 			}
 			continue
 		}
@@ -266,15 +268,6 @@ func refusedForGood(err error) bool {
 }
 
 // sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-}
-
 // handle runs the handler on one delivery and finishes or releases it.
 func (r *workerRun) handle(parent context.Context, job Job) {
 	logger := r.logger.With(logKeyJobID, job.ID, logKeyTopic, job.Topic, logKeyAttempts, job.Attempts)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/pause"
 )
 
 // A waiter is one held Pop. It sits in the FIFO of each of its topics until
@@ -429,7 +431,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 				l.setBlocked(false)
 				l.q.noteRedis(err)
 				health.failed("BLPOP", fmt.Errorf("%w: %w", ErrUnavailable, err))
-				sleepCtx(ctx, backoff)
+				_ = pause.For(ctx, backoff)
 				backoff = min(backoff*2, block)
 				continue
 			}
@@ -468,7 +470,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 				l.q.noteRedis(nil) // Redis answered, with an error
 			}
 			health.failed("BLPOP", loopErr)
-			sleepCtx(ctx, backoff)
+			_ = pause.For(ctx, backoff)
 			backoff = min(backoff*2, block)
 			continue
 		default:
@@ -633,13 +635,4 @@ func (l *dispatchLoop) claimFor(ws []*waiter) (all, some bool, err error) {
 		some = true
 	}
 	return all, some, err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

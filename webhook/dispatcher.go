@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
+	"github.com/delay-queue/delay-queue/internal/pause"
 )
 
 const (
@@ -140,7 +141,7 @@ func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGrou
 		mayHaveMore = err == nil && len(jobs) == free
 		if err != nil {
 			d.log.Warn("claiming callback jobs failed", "err", err)
-			sleepCtx(ctx, claimErrorBackoff)
+			_ = pause.For(ctx, claimErrorBackoff)
 		}
 	}
 }
@@ -334,14 +335,5 @@ func (h *hostLimiter) leave(host string, s *hostSlots) {
 	s.jobs--
 	if s.jobs == 0 {
 		delete(h.hosts, host)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/pause"
 )
 
 // Observer receives the events of cluster routing, for metrics. Its
@@ -197,7 +199,7 @@ func (c *Client) Do(ctx context.Context, key string, f func(redis.Conn) error) e
 		return doOn(ctx, c.single, f)
 	}
 	slot := Slot(key)
-	pause := firstBackoff
+	backoff := firstBackoff
 	var ask string // an ASK's target, for the next attempt only
 	for attempt := 1; ; attempt++ {
 		last := attempt == maxAttempts
@@ -243,10 +245,10 @@ func (c *Client) Do(ctx context.Context, key string, f func(redis.Conn) error) e
 			}
 			ask = r.addr
 		case "TRYAGAIN", "CLUSTERDOWN":
-			if werr := sleep(ctx, pause); werr != nil {
+			if werr := pause.For(ctx, backoff); werr != nil {
 				return err
 			}
-			pause = min(2*pause, maxBackoff)
+			backoff = min(2*backoff, maxBackoff)
 		default: // READONLY, MASTERDOWN: the node is a replica now
 			if werr := c.awaitRefresh(ctx); werr != nil {
 				return err
@@ -385,18 +387,6 @@ func doOn(ctx context.Context, pool *redis.Pool, f func(redis.Conn) error) error
 	return f(conn)
 }
 
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // get returns a pooled connection to the node at addr.
 func (c *Client) get(ctx context.Context, addr string) (redis.Conn, error) {
 	c.mu.Lock()
@@ -530,7 +520,7 @@ func (c *Client) refreshLoop() {
 		}
 		c.refresh()
 		timer.Reset(c.refreshEvery)
-		if sleep(c.ctx, minRefreshGap) != nil {
+		if pause.For(c.ctx, minRefreshGap) != nil {
 			return
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/delay-queue/delay-queue/internal/pause"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
@@ -77,7 +78,7 @@ func (b *bench) runHeldPops(ctx context.Context) error {
 					if popErrors.Add(1) == 1 {
 						b.logger.Warn("held pop failed", "err", err)
 					}
-					sleepCtx(heldCtx, 100*time.Millisecond)
+					_ = pause.For(heldCtx, 100*time.Millisecond)
 					continue
 				}
 				if got == nil {
@@ -100,7 +101,7 @@ func (b *bench) runHeldPops(ctx context.Context) error {
 	if err := waitFor(ctx, time.Minute, func() bool { return popsSent.Load() >= int64(total) }); err != nil {
 		return fmt.Errorf("held-pops: only %d of %d pops sent: %w", popsSent.Load(), total, err)
 	}
-	sleepCtx(ctx, b.s.heldSettle)
+	_ = pause.For(ctx, b.s.heldSettle)
 	if n := popErrors.Load(); n > 0 {
 		return fmt.Errorf("held-pops: %d pops failed while they were being held", n)
 	}
@@ -304,21 +305,9 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not done after %s", limit)
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := pause.For(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// sleepCtx sleeps for d or until ctx ends, and returns ctx's error then.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

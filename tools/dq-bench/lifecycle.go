@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/delay-queue/delay-queue/internal/pause"
 )
 
 // lifecycleDelay is the delay of the lifecycle phase's jobs: each goes
@@ -44,7 +46,7 @@ func (b *bench) runLifecycle(ctx context.Context) error {
 	}
 	// The last push was acknowledged a moment ago, so its job is due
 	// within lifecycleDelay; a little more lets the scanner move it.
-	if err := sleepCtx(ctx, lifecycleDelay+100*time.Millisecond); err != nil {
+	if err := pause.For(ctx, lifecycleDelay+100*time.Millisecond); err != nil {
 		return err
 	}
 
