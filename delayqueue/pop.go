@@ -303,10 +303,7 @@ func (q *Queue) firstReadyTopics(ctx context.Context, parts []*partition, topics
 			var reply redis.Error
 			switch {
 			case errors.As(err, &reply):
-				if transientRedisError(reply) {
-					err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-				}
-				errs[k] = err
+				errs[k] = unavailableUnlessAnswered(err)
 			case err != nil:
 				return err // the connection failed: every partition's read did
 			default:

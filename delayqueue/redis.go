@@ -51,6 +51,17 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
+// unavailableUnlessAnswered is err wrapped in ErrUnavailable unless Redis
+// answered it with an error of its own (as withConn does for a whole
+// call): for a loop's own connection, and for one reply of a pipeline.
+func unavailableUnlessAnswered(err error) error {
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
 // transientRedisError tells the error replies that mean "Redis can't serve
 // now" (loading its data, a replica after a failover, a busy script, a
 // cluster reconfiguring) from real errors.

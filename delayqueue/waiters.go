@@ -463,7 +463,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			// next Dial finds the new owner.
 			conn.Close()
 			conn = nil
-			loopErr := blockingError(err)
+			loopErr := unavailableUnlessAnswered(err)
 			if errors.Is(loopErr, ErrUnavailable) {
 				l.q.noteRedis(err)
 			} else {
@@ -512,17 +512,6 @@ func (l *dispatchLoop) wakeKeysOf(topics []string, known map[string]string) ([]a
 // interval, in whole seconds, at least one.
 func dispatchBlock(opts Options) time.Duration {
 	return max(opts.ScanInterval.Truncate(time.Second), time.Second)
-}
-
-// blockingError is err, of a loop's own connection, wrapped in
-// ErrUnavailable unless Redis answered it (as withConn does for pooled
-// ones).
-func blockingError(err error) error {
-	var redisErr redis.Error
-	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // readyTopics returns those of topics that have ready jobs in the
