@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // A batch spanning partitions, one of which fails its script call, is done
@@ -239,6 +243,63 @@ func TestPopFindsAJobWhenAnotherPartitionsReadFails(t *testing.T) {
 		}
 		if broken.isDown() {
 			t.Error("a partition whose Redis answered with an error was marked down")
+		}
+	})
+}
+
+// countingRedis counts the pooled-connection calls made through it.
+type countingRedis struct {
+	*redisconn.Client
+	calls atomic.Int64
+}
+
+func (c *countingRedis) Do(ctx context.Context, key string, f func(redis.Conn) error) error {
+	c.calls.Add(1)
+	return c.Client.Do(ctx, key, f)
+}
+
+// The reads a pop makes of the partitions for ready jobs go in one
+// pipeline per server: one call on one Redis whatever the partition count,
+// at most one per primary on a cluster, and the partition holding the job
+// comes first.
+func TestPopReadsPartitionsOncePerServer(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		logger := redistest.Logger(t)
+		rdb, err := redisconn.New(r.opts, logger, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		counted := &countingRedis{Client: rdb}
+		q, err := New(counted, r.queueOptions(Options{BucketSize: 12, BucketName: "dq_bucket_%d",
+			QueueName: "dq_queue_%s", BlockTimeout: time.Second, Cluster: rdb.Cluster()}), logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		holder := q.partitions[7]
+		err = rdb.Do(ctx, holder.key(), func(c redis.Conn) error {
+			_, err := c.Do("ZADD", holder.keyAt(keyReady), 0, "rp-topic,0000000000000001,some-id")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		order := make([]uint32, len(q.partitions))
+		servers := map[string]bool{}
+		for i, p := range q.partitions {
+			order[i] = uint32(i)
+			servers[rdb.ServerOf(p.key())] = true
+		}
+		before := counted.calls.Load()
+		got, err := q.byBestTopic(ctx, order, []string{"rp-none", "rp-topic"})
+		calls := counted.calls.Load() - before
+		if err != nil || len(got) != 1 || got[0] != 7 {
+			t.Fatalf("byBestTopic = %v, %v; want [7], the partition with the ready entry", got, err)
+		}
+		if calls != int64(len(servers)) {
+			t.Errorf("reading %d partitions took %d calls, want one per server (%d)", len(order), calls, len(servers))
 		}
 	})
 }
