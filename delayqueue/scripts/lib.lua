@@ -511,6 +511,33 @@ end
 -- The indexes flush writes, in this order.
 local INDEXES = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
 
+-- write_index writes the pending index changes: with adding, the entries
+-- added (ZADD, every score 0), else those removed (ZREM).
+local function write_index(index, adding)
+  if not index then
+    return
+  end
+  for _, key in ipairs(INDEXES) do
+    local ops = index[key]
+    if ops then
+      local args = {}
+      for m, present in pairs(ops) do
+        if present == adding then
+          if adding then
+            args[#args + 1] = '0'
+          end
+          args[#args + 1] = m
+        end
+      end
+      if adding then
+        emit('ZADD', key, nil, nil, args, 800)
+      else
+        emit('ZREM', key, nil, nil, args, 400)
+      end
+    end
+  end
+end
+
 -- flush writes the pending changes, in an order that loses no job if Redis
 -- refuses one of them half-way (an ACL denying a command: Redis keeps a
 -- failed script's earlier writes): index entries are added first, records
@@ -521,21 +548,7 @@ local INDEXES = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
 -- It returns the counters it changed, each field with its new value.
 local function flush()
   local index = pend.index
-  if index then
-    for _, key in ipairs(INDEXES) do
-      local ops = index[key]
-      if ops then
-        local adds = {}
-        for m, present in pairs(ops) do
-          if present then
-            adds[#adds + 1] = '0'
-            adds[#adds + 1] = m
-          end
-        end
-        emit('ZADD', key, nil, nil, adds, 800)
-      end
-    end
-  end
+  write_index(index, true)
   local timers = pend.timers
   if timers then
     local args = {}
@@ -575,20 +588,7 @@ local function flush()
   emit('HSET', KEYS[1], nil, nil, writes, 400)
   emit('HDEL', KEYS[1], nil, nil, deletes, 400)
   emit('HDEL', KEYS[9], nil, nil, body_deletes, 400)
-  if index then
-    for _, key in ipairs(INDEXES) do
-      local ops = index[key]
-      if ops then
-        local rems = {}
-        for m, present in pairs(ops) do
-          if not present then
-            rems[#rems + 1] = m
-          end
-        end
-        emit('ZREM', key, nil, nil, rems, 400)
-      end
-    end
-  end
+  write_index(index, false)
   -- Increments first, so that a topic's counters never look empty halfway.
   -- A counter down to 0 goes, and what the topic kept for that state with
   -- it: its wake-up tokens with its last ready job, its timer for delayed
