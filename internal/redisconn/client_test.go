@@ -605,18 +605,30 @@ func TestRefreshAsksCurrentNodesBeforeSeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { silent.Close() })
 	var accepted atomic.Int32
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			conn, err := silent.Accept()
 			if err != nil {
 				return
 			}
 			accepted.Add(1)
-			t.Cleanup(func() { conn.Close() })
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
 		}
 	}()
+	t.Cleanup(func() {
+		silent.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	fc := &fakeCluster{}
 	a := fc.node(t, serveConstant("a"))
 	fc.setSlots(fakeRange{0, SlotCount - 1, a})
