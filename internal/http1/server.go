@@ -83,6 +83,11 @@ import (
 // is zero. Larger requests (batches) go to net/http.
 const DefaultMaxBody = 64 << 10
 
+// MaxHeadBytes is the longest request head this server takes: a longer
+// one (a large Authorization header, say) goes to the fallback. It is the
+// read buffer of a connection (readBufferSize).
+const MaxHeadBytes = readBufferSize
+
 // readBufferSize is the read buffer of a connection: a request head must
 // fit in it to be taken here.
 const readBufferSize = 4096
