@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"embed"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -15,7 +16,8 @@ var scriptFiles embed.FS
 // scripts holds every state change of the engine, one Lua script each,
 // each touching the keys of one partition only. A script is its file after
 // the lib sections it names on its first line ("-- lib: ready dead"); the
-// sections record and state come first in every one (scripts/lib.lua). They
+// sections record and state come first in every one (scripts/lib.lua), and
+// the functions the script never calls are left out. They
 // are sent with EVALSHA, falling back to EVAL when Redis lost its script
 // cache (a restart, SCRIPT FLUSH).
 type scripts struct {
@@ -97,7 +99,106 @@ func assemble(name, src string, lib []libSection) (string, error) {
 		return "", fmt.Errorf("scripts/%s: unknown lib section %q", name, unknown)
 	}
 	b.WriteString(src)
-	return b.String(), nil
+	return pruneUnusedFunctions(name, b.String())
+}
+
+// luaName matches a Lua identifier.
+var luaName = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+
+// luaCodeNames returns the identifiers of Lua code, comments left out (a
+// string's words are kept: a name in a string only keeps a function).
+func luaCodeNames(code string) []string {
+	var b strings.Builder
+	quote := byte(0)
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '-' && strings.HasPrefix(code[i:], "--"):
+			end := strings.IndexByte(code[i:], '\n')
+			if end < 0 {
+				i = len(code)
+			} else {
+				i += end
+			}
+			c = '\n'
+		}
+		b.WriteByte(c)
+	}
+	return luaName.FindAllString(b.String(), -1)
+}
+
+// pruneUnusedFunctions drops the top-level functions ("local function f"
+// at the start of a line, to the first "end" line) that no code left in
+// the script names, until none is left. Lua makes every function of a
+// script anew on each call, so a function the script never calls costs
+// every call, and the sections hold more than most scripts use.
+func pruneUnusedFunctions(name, src string) (string, error) {
+	type block struct {
+		name       string
+		start, end int // src[start:end], its lines
+		names      []string
+		dropped    bool
+	}
+	var blocks []*block
+	uses := map[string]int{}
+	for _, w := range luaCodeNames(src) {
+		uses[w]++
+	}
+	for at := 0; at < len(src); {
+		line, _, _ := strings.Cut(src[at:], "\n")
+		if rest, ok := strings.CutPrefix(line, "local function "); ok {
+			fn, _, _ := strings.Cut(rest, "(")
+			end := strings.Index(src[at:], "\nend\n")
+			if end < 0 {
+				return "", fmt.Errorf("scripts/%s: function %s has no \"end\" line", name, fn)
+			}
+			b := &block{name: fn, start: at, end: at + end + len("\nend\n")}
+			b.names = luaCodeNames(src[b.start:b.end])
+			blocks = append(blocks, b)
+			at = b.end
+			continue
+		}
+		at += len(line) + 1
+	}
+	for dropped := true; dropped; {
+		dropped = false
+		for _, b := range blocks {
+			if b.dropped {
+				continue
+			}
+			own := 0
+			for _, w := range b.names {
+				if w == b.name {
+					own++
+				}
+			}
+			if uses[b.name] > own {
+				continue
+			}
+			b.dropped, dropped = true, true
+			for _, w := range b.names {
+				uses[w]--
+			}
+		}
+	}
+	var out strings.Builder
+	at := 0
+	for _, b := range blocks {
+		if b.dropped {
+			out.WriteString(src[at:b.start])
+			at = b.end
+		}
+	}
+	out.WriteString(src[at:])
+	return out.String(), nil
 }
 
 // loadScripts reads the scripts; with checkKeys, the partition scripts

@@ -1,6 +1,7 @@
 package delayqueue
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -70,5 +71,132 @@ func TestParseLibRefusesANeedNotBeforeIt(t *testing.T) {
 	// The real file parses, and every script assembles.
 	if _, err := loadScripts(true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestPruneUnusedFunctionsKeepsWhatCodeNames(t *testing.T) {
+	t.Parallel()
+	lib := `local function unused()
+  return 1
+end
+local function helper()
+  return 2
+end
+local function used_by_kept()
+  return helper()
+end
+local function used_by_dropped()
+  return 3
+end
+local function dropped_caller()
+  return used_by_dropped()
+end
+local function recursive(n)
+  if n > 0 then
+    return recursive(n - 1)
+  end
+  return 0
+end
+-- only_in_comment is named here, and in a comment after code below
+local function only_in_comment()
+  return 4
+end
+local function in_string()
+  return 5
+end
+local function nested()
+  local function inner()
+    return 6
+  end
+  return inner()
+end
+local T = {nested}
+`
+	body := `return used_by_kept() .. 'in_string' .. "--" .. #T -- only_in_comment()
+`
+	got, err := pruneUnusedFunctions("x.lua", lib+body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		fn   string
+		kept bool
+	}{
+		{"unused", false},
+		{"helper", true},
+		{"used_by_kept", true},
+		{"used_by_dropped", false}, // its only caller is dropped
+		{"dropped_caller", false},
+		{"recursive", false}, // it names only itself
+		{"only_in_comment", false},
+		{"in_string", true}, // a string's word keeps it
+		{"nested", true},    // named by a statement, not a call
+	}
+	for _, c := range cases {
+		if kept := strings.Contains(got, "local function "+c.fn+"("); kept != c.kept {
+			t.Errorf("function %s kept = %v, want %v, in:\n%s", c.fn, kept, c.kept, got)
+		}
+	}
+	if !strings.HasSuffix(got, "local T = {nested}\n"+body) {
+		t.Errorf("the statements and the body changed:\n%s", got)
+	}
+	if _, err := pruneUnusedFunctions("x.lua", "local function open()\n  return 1\n"); err == nil {
+		t.Error("a function with no end line was accepted")
+	}
+}
+
+func TestEveryScriptCallsOnlyFunctionsItKeeps(t *testing.T) {
+	t.Parallel()
+	// The real scripts after pruning: every name a script's code calls as a
+	// function is defined in it or is a Lua or Redis global.
+	libText, err := scriptFiles.ReadFile("scripts/lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := parseLib(string(libText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := scriptFiles.ReadDir("scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := regexp.MustCompile(`local function ([A-Za-z_][A-Za-z0-9_]*)`)
+	for _, e := range names {
+		if e.Name() == "lib.lua" || e.Name() == "check.lua" {
+			continue
+		}
+		src, err := scriptFiles.ReadFile("scripts/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := assemble(e.Name(), string(src), lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unpruned := full
+		if first, _, _ := strings.Cut(string(src), "\n"); strings.HasPrefix(first, "-- lib:") {
+			// the same sections, unpruned, for the names lib defines
+			var b strings.Builder
+			for _, s := range lib {
+				b.WriteString(s.text)
+			}
+			unpruned = b.String()
+		}
+		kept := map[string]bool{}
+		for _, m := range defined.FindAllStringSubmatch(full, -1) {
+			kept[m[1]] = true
+		}
+		for _, m := range defined.FindAllStringSubmatch(unpruned, -1) {
+			if kept[m[1]] {
+				continue
+			}
+			for _, w := range luaCodeNames(full) {
+				if w == m[1] {
+					t.Errorf("%s: names %s, whose definition was pruned", e.Name(), w)
+					break
+				}
+			}
+		}
 	}
 }

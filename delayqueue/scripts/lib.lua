@@ -6,7 +6,8 @@
 --
 -- Lua creates every function of a script anew on each call, and that is
 -- a good part of a small call's cost: a script gets only the sections it
--- names.
+-- names, and of those only the functions its code calls (scripts.go drops
+-- the others).
 
 -- section record
 -- The partition's keys, the clock, and the job record.
@@ -851,7 +852,9 @@ end
 -- second time, as if the removals ran one after the other.
 local function remove_jobs(first, keep_dead)
   local ids = {unpack(ARGV, first)}
-  get_many(ids)
+  if #ids > 1 then -- (one id: get_raw reads it)
+    get_many(ids)
+  end
   local reply = {}
   for _, id in ipairs(ids) do
     local status, topic = 0, ''
