@@ -98,9 +98,7 @@ for _ = 1, requests do
       for k, m in ipairs(members) do
         ids[k] = id_of(m, KEYS[2])
       end
-      if #ids > 1 then -- (one id: reserve's get_raw reads it)
-        get_many(ids)
-      end
+      get_many(ids)
       for k, id in ipairs(ids) do
         local ttr, attempts, body = reserve(id, members[k], topic)
         if ttr then
