@@ -1,0 +1,75 @@
+package delayqueue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
+)
+
+// A claim that Redis refuses half-way (an ACL user denied one of the
+// commands claim.lua sends; Redis keeps a failed script's earlier writes)
+// loses no job: its writes are ordered so that the job is still ready, or
+// reserved with its lease, and a consumer gets it. Denying HSET stops the
+// call before the record is written (the job stays ready); denying ZREM
+// stops it after (the job is reserved and comes back when its lease ends).
+// On one server, with an ACL user of its own.
+func TestClaimRefusedHalfWayLosesNoJob(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		denied string
+		within time.Duration // until the job is delivered again
+	}{
+		{"hset", 2 * time.Second},
+		{"zrem", 10 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.denied, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			admin, err := redis.Dial("tcp", srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			if _, err := admin.Do("ACL", "SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "+@all", "-"+c.denied); err != nil {
+				t.Fatalf("ACL SETUSER: %v", err)
+			}
+			opts := Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second}
+			q := startQueue(t, testRedisOptions(srv.Addr), opts, redistest.Logger(t))
+			mustPush(t, q, Job{Topic: "half", ID: "j1", TTR: time.Second, Body: "b"})
+
+			// The refused consumer: its queue is not run (its scanner
+			// would be refused too), so it only claims.
+			ro := testRedisOptions(srv.Addr)
+			ro.Username, ro.Password = "dq", "dq-secret"
+			rdb, err := redisconn.New(ro, redistest.Logger(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			opts.CheckKeys = true
+			refused, err := New(rdb, opts, redistest.Logger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(refused.ready)
+			ctx := context.Background()
+			if d, err := refused.Pop(ctx, []string{"half"}, 0); err == nil {
+				t.Fatalf("a pop denied %s = %v, nil; want its error", c.denied, d)
+			}
+
+			d, err := q.Pop(ctx, []string{"half"}, c.within)
+			if err != nil || d == nil || d.ID != "j1" || d.Body != "b" {
+				t.Fatalf("pop after the refused claim = %+v, %v; want job j1 within %v", d, err, c.within)
+			}
+			if err := q.Finish(ctx, d.ID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
