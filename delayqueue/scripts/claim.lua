@@ -122,10 +122,7 @@ for _, topic in ipairs(moved) do
   local c = moved[topic]
   count('reserved,' .. topic, c[1])
   count('ready,' .. topic, -c[1])
-  local timers, timer, t = pending('timers'), 'reserved,' .. topic, c[2]
-  if not timers[timer] or t < timers[timer] then
-    note(timers, timer, t)
-  end
+  lower_timer('reserved,' .. topic, c[2])
 end
 emit('ZADD', KEYS[4], nil, nil, reserved_in, 800)
 local left = flush()

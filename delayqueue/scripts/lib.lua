@@ -362,6 +362,15 @@ local function count(field, delta)
   note(counts, field, (counts[field] or 0) + delta)
 end
 
+-- lower_timer brings a timer ("delay|reserved,<topic>") down to ms when
+-- the flush writes it (ZADD LT), if the call has not a lower time for it.
+local function lower_timer(timer, ms)
+  local timers = pending('timers')
+  if not timers[timer] or ms < timers[timer] then
+    note(timers, timer, ms)
+  end
+end
+
 -- enter puts a job in the index of its state, and leave takes it out, each
 -- counting it there.
 local function enter_as(id, s, x, topic, f)
@@ -369,10 +378,7 @@ local function enter_as(id, s, x, topic, f)
   count(s .. ',' .. topic, 1)
   if s == 'delay' or s == 'reserved' then
     -- Its timer is named as its counter is.
-    local timers, timer, t = pending('timers'), s .. ',' .. topic, tonumber(x)
-    if not timers[timer] or t < timers[timer] then
-      note(timers, timer, t)
-    end
+    lower_timer(s .. ',' .. topic, tonumber(x))
   end
 end
 
