@@ -90,6 +90,17 @@ func runOn(t *testing.T, backends []redistest.Backend, f func(t *testing.T, r *t
 	redistest.ForEach(t, backends, func(t *testing.T, r *redistest.Redis) { f(t, newTestRedis(r)) })
 }
 
+// client is a client of the backend, closed when the test ends.
+func (r *testRedis) client(t *testing.T) *redisconn.Client {
+	t.Helper()
+	rdb, err := redisconn.New(r.opts, redistest.Logger(t), nil)
+	if err != nil {
+		t.Fatalf("redisconn.New: %v", err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 // queueOptions are opts with the test's namespace put in front of the key
 // names, so that on the shared cluster no test meets another's keys.
 func (r *testRedis) queueOptions(opts Options) Options {

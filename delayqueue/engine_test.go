@@ -521,11 +521,7 @@ func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		rdb, err := redisconn.New(r.opts, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rdb.Close()
+		rdb := r.client(t)
 		q, err := New(rdb, r.queueOptions(Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
 			ScanInterval: 30 * time.Second, CheckKeys: true, Cluster: rdb.Cluster()}), redistest.Logger(t))
 		if err != nil {

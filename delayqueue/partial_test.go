@@ -266,11 +266,7 @@ func TestPopReadsPartitionsOncePerServer(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		logger := redistest.Logger(t)
-		rdb, err := redisconn.New(r.opts, logger, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rdb.Close()
+		rdb := r.client(t)
 		counted := &countingRedis{Client: rdb}
 		q, err := New(counted, r.queueOptions(Options{BucketSize: 12, BucketName: "dq_bucket_%d",
 			QueueName: "dq_queue_%s", BlockTimeout: time.Second, Cluster: rdb.Cluster()}), logger)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -105,11 +104,7 @@ func TestRepartitionCutShortResumes(t *testing.T) {
 		q3 := newTestQueue(t, r)
 		ids := repartitionFixture(t, q3)
 
-		rdb, err := redisconn.New(r.opts, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rdb.Close()
+		rdb := r.client(t)
 		if n, err := ResolvePartitions(ctx, rdb, opts.KeyPrefix, 0, 7); err != nil || n != 3 {
 			t.Fatalf("unset bucket_size resolved to %d, %v; want the recorded 3", n, err)
 		}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -58,11 +57,7 @@ func TestRepartitionMovesEveryJob(t *testing.T) {
 			t.FailNow()
 		}
 
-		rdb, err := redisconn.New(r.opts, redistest.Logger(t), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rdb.Close()
+		rdb := r.client(t)
 		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
 		moved, err := Repartition(ctx, rdb, opts, to, redistest.Logger(t))
 		if err != nil {
@@ -154,11 +149,7 @@ func TestRepartitionDropsTheOldWakeUpLists(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
-		rdb, err := redisconn.New(r.opts, redistest.Logger(t), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rdb.Close()
+		rdb := r.client(t)
 		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
 		if _, err := Repartition(ctx, rdb, opts, 2, redistest.Logger(t)); err != nil {
 			t.Fatalf("repartition: %v", err)

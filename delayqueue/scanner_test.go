@@ -8,7 +8,6 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -49,11 +48,7 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		logger := redistest.Logger(t)
-		rdb, err := redisconn.New(r.opts, logger, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rdb.Close() })
+		rdb := r.client(t)
 		opts := r.queueOptions(Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true})
 		opts.Cluster = rdb.Cluster()
 		q, err := New(rdb, opts, logger)
