@@ -90,6 +90,24 @@ func runOn(t *testing.T, backends []redistest.Backend, f func(t *testing.T, r *t
 	redistest.ForEach(t, backends, func(t *testing.T, r *redistest.Redis) { f(t, newTestRedis(r)) })
 }
 
+// serverDenying starts a redis-server with an ACL user denied command,
+// and returns the server's address and the user's options.
+func serverDenying(t *testing.T, command string) (string, redisconn.Options) {
+	t.Helper()
+	srv := redistest.Start(t)
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Do("ACL", "SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "+@all", "-"+command); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	ro := testRedisOptions(srv.Addr)
+	ro.Username, ro.Password = "dq", "dq-secret"
+	return srv.Addr, ro
+}
+
 // client is a client of the backend, closed when the test ends.
 func (r *testRedis) client(t *testing.T) *redisconn.Client {
 	t.Helper()

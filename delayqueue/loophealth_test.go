@@ -204,18 +204,7 @@ func TestLoopStaleness(t *testing.T) {
 // (the shared cluster's nodes are not reconfigured by tests).
 func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	admin, err := redis.Dial("tcp", srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Do("ACL", "SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "+@all", "-zrangebyscore"); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
-
-	ro := testRedisOptions(srv.Addr)
-	ro.Username, ro.Password = "dq", "dq-secret"
+	_, ro := serverDenying(t, "zrangebyscore")
 	logs := newRecordedLog(t)
 	obs := &recordingObserver{counts: map[string]int{}}
 	q := startQueue(t, ro, Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
@@ -30,23 +28,13 @@ func TestClaimRefusedHalfWayLosesNoJob(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.denied, func(t *testing.T) {
 			t.Parallel()
-			srv := redistest.Start(t)
-			admin, err := redis.Dial("tcp", srv.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer admin.Close()
-			if _, err := admin.Do("ACL", "SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "+@all", "-"+c.denied); err != nil {
-				t.Fatalf("ACL SETUSER: %v", err)
-			}
+			addr, ro := serverDenying(t, c.denied)
 			opts := Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second}
-			q := startQueue(t, testRedisOptions(srv.Addr), opts, redistest.Logger(t))
+			q := startQueue(t, testRedisOptions(addr), opts, redistest.Logger(t))
 			mustPush(t, q, Job{Topic: "half", ID: "j1", TTR: time.Second, Body: "b"})
 
 			// The refused consumer: its queue is not run (its scanner
 			// would be refused too), so it only claims.
-			ro := testRedisOptions(srv.Addr)
-			ro.Username, ro.Password = "dq", "dq-secret"
 			rdb, err := redisconn.New(ro, redistest.Logger(t), nil)
 			if err != nil {
 				t.Fatal(err)
