@@ -98,8 +98,10 @@ func (fc *fakeCluster) node(t *testing.T, handle func(s *fakeSession, args []str
 				return
 			}
 			n.conns[conn] = true
-			n.mu.Unlock()
+			// Added under the lock: a stop that follows orders its Wait
+			// after this Add.
 			conns.Add(1)
+			n.mu.Unlock()
 			go func() {
 				defer conns.Done()
 				defer func() {
