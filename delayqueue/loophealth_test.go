@@ -213,7 +213,10 @@ func TestScannerErrorsShowWhenRedisRefusesACommand(t *testing.T) {
 	mustPush(t, q, Job{Topic: "acl", ID: "1", Delay: 200 * time.Millisecond})
 	redistest.WaitFor(t, 5*time.Second, "the scanner's error at error level, and counted", func() bool {
 		for _, line := range logs.lines(slog.LevelError) {
-			if strings.Contains(line, "loop=scanner script=movedue.lua") && strings.Contains(line, "can't run this command") {
+			// Redis says the user "can't run this command", Valkey that it
+			// has "no permissions to run" it.
+			refused := strings.Contains(line, "can't run this command") || strings.Contains(line, "no permissions to run")
+			if strings.Contains(line, "loop=scanner script=movedue.lua") && refused {
 				return obs.get("loop-error/"+LoopScanner) > 0
 			}
 		}
