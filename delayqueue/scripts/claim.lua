@@ -74,43 +74,85 @@ end
 
 local requests = tonumber(ARGV[ARG])
 local reply = {now}
+-- demand[topic] is what the requests not started yet may take of topic,
+-- so that one ZRANGEBYLEX, and one HMGET, read a topic's entries for
+-- every request of the call that names it, not one each. (A call of one
+-- request has none.)
+local demand = {}
 local a = ARG + 1
--- Jobs are taken from the head of a topic's index, so those this call took
--- already are its first taken[topic] entries: a later request skips them.
-local taken = {}
+if requests > 1 then
+  for _ = 1, requests do
+    local want, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    for i = a + 2, a + 1 + n do
+      demand[ARGV[i]] = (demand[ARGV[i]] or 0) + want
+    end
+    a = a + 2 + n
+  end
+end
+-- Jobs are taken from the head of a topic's index. reads[topic] is the
+-- topic's last read: {entries, their ids, the next to serve, the entries
+-- read so far (a later read skips them), whether it found the index's end}.
+local reads = {}
+
+-- read_more reads the topic's next entries after r, its last read (or
+-- nil): need for the request being served and the demand of those after
+-- it. (A later request served by a topic it lists before this one leaves
+-- some unused: they were only read, and the call's size, maxClaimsPerCall
+-- jobs, bounds the demand.)
+local function read_more(topic, need, r)
+  local asked = need + (demand[topic] or 0)
+  local from = r and r[4] or 0
+  local lo, hi = topic_range(topic)
+  local got = redis.call('ZRANGEBYLEX', KEYS[2], lo, hi, 'LIMIT', int(from), int(asked))
+  local got_ids = {}
+  for k, m in ipairs(got) do
+    got_ids[k] = id_of(m, KEYS[2])
+  end
+  get_many(got_ids)
+  r = {got, got_ids, 1, from + #got, #got < asked}
+  reads[topic] = r
+  return r
+end
+
+a = ARG + 1
 for _ = 1, requests do
   local want, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local first_topic = a + 2
   a = first_topic + n
+  if requests > 1 then
+    for i = first_topic, a - 1 do
+      demand[ARGV[i]] = demand[ARGV[i]] - want
+    end
+  end
   local head = #reply
   reply[head + 1] = 0
   local claimed = 0
-  for i = first_topic, first_topic + n - 1 do
-    if claimed >= want then
-      break
-    end
+  for i = first_topic, a - 1 do
     local topic = ARGV[i]
-    local lo, hi = topic_range(topic)
-    local members = redis.call('ZRANGEBYLEX', KEYS[2], lo, hi, 'LIMIT', int(taken[topic] or 0), int(want - claimed))
-    if #members > 0 then
-      taken[topic] = (taken[topic] or 0) + #members
-      local ids = {}
-      for k, m in ipairs(members) do
-        ids[k] = id_of(m, KEYS[2])
-      end
-      get_many(ids)
-      for k, id in ipairs(ids) do
-        local ttr, attempts, body = reserve(id, members[k], topic)
-        if ttr then
-          reply[#reply + 1] = id
-          reply[#reply + 1] = topic
-          reply[#reply + 1] = ttr
-          reply[#reply + 1] = attempts
-          reply[#reply + 1] = body
-          claimed = claimed + 1
-        else
-          index_op(KEYS[2], members[k], false) -- an entry no job matches: drop it
+    local r = reads[topic]
+    while claimed < want do
+      if not r or r[3] > #r[1] then
+        if r and r[5] then
+          break
         end
+        r = read_more(topic, want - claimed, r)
+        if #r[1] == 0 then
+          break
+        end
+      end
+      local k = r[3]
+      r[3] = k + 1
+      local id, m = r[2][k], r[1][k]
+      local ttr, attempts, body = reserve(id, m, topic)
+      if ttr then
+        reply[#reply + 1] = id
+        reply[#reply + 1] = topic
+        reply[#reply + 1] = ttr
+        reply[#reply + 1] = attempts
+        reply[#reply + 1] = body
+        claimed = claimed + 1
+      else
+        index_op(KEYS[2], m, false) -- an entry no job matches: drop it
       end
     end
   end
