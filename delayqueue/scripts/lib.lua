@@ -683,32 +683,6 @@ local function make_ready(id, job)
   end
 end
 
--- make_ready_raw is make_ready for a delayed job's record not decoded,
--- found by index entry m: it returns the job's due time, false when the
--- entry matches no delayed job, or nil when the record has an extra part
--- (then decode it and use make_ready).
-local function make_ready_raw(id, raw, m)
-  local s, a, d, x, f, tl, xl, at = string.match(raw, HEAD)
-  local topic = string.sub(raw, at, at + tl - 1)
-  if s ~= 'delay' or topic .. ',' .. x .. ',' .. id ~= m then
-    return false
-  end
-  if xl ~= '0' then
-    return nil
-  end
-  local flags = tonumber(f)
-  local pos = ready_position()
-  leave_as(id, 'delay', x, topic, flags)
-  enter_as(id, 'ready', pos, topic, flags)
-  put(id, record('ready', a, d, pos, f, topic, '', string.sub(raw, at + tl), tl, '0'))
-  if flags % 2 == 1 then
-    signal(nil, 1)
-  else
-    signal(topic, 1)
-  end
-  return tonumber(x)
-end
-
 -- section dead, needs state
 -- Dead letters.
 

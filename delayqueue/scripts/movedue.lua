@@ -15,6 +15,34 @@ local budget = tonumber(ARGV[ARG])
 local now = clock()
 local handled, oldest = 0, -1
 local expired = {}
+-- The delayed jobs made ready in place (see make_ready_raw) keep their
+-- index changes here, written once after the loop, not through enter_as
+-- and leave_as per job: delay_out, the delay entries they leave; ready_in,
+-- ZADD arguments of their ready entries. Their counts and wake-up tokens
+-- are noted once per timer.
+local delay_out, ready_in = {}, {}
+
+-- make_ready_raw makes the delayed job id, at member m of the delay index,
+-- ready without decoding its record, and returns its due time: false when
+-- no delayed job matches the entry, nil when the record needs decoding
+-- (it has an extra part, or a callback).
+local function make_ready_raw(id, raw, m)
+  local s, a, d, x, f, tl, xl, at = string.match(raw, HEAD)
+  local topic = string.sub(raw, at, at + tl - 1)
+  if s ~= 'delay' or topic .. ',' .. x .. ',' .. id ~= m then
+    return false
+  end
+  if xl ~= '0' or f == '1' or f == '3' then
+    return nil
+  end
+  local pos = ready_position()
+  delay_out[#delay_out + 1] = m
+  ready_in[#ready_in + 1] = '0'
+  ready_in[#ready_in + 1] = topic .. ',' .. pos .. ',' .. id
+  put(id, record('ready', a, d, pos, f, topic, '', string.sub(raw, at + tl), tl, '0'))
+  return tonumber(x)
+end
+
 -- A timer names a state and a topic: "delay,<topic>" for its delayed jobs,
 -- "reserved,<topic>" for its leases.
 for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'LIMIT', '0', '100')) do
@@ -31,6 +59,7 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
     ids[i] = id_of(m, key)
   end
   get_many(ids)
+  local in_place = 0 -- jobs make_ready_raw made ready
   for i, m in ipairs(entries) do
     local id = ids[i]
     -- due: the due time of a delayed job made ready, false for an entry no
@@ -39,6 +68,9 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
     local raw = state == 'delay' and get_raw(id)
     if raw then
       due = make_ready_raw(id, raw, m)
+      if due then
+        in_place = in_place + 1
+      end
     end
     if due == nil then
       local job = get(id)
@@ -58,6 +90,11 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
       oldest = due
     end
   end
+  if in_place > 0 then
+    count('delay,' .. topic, -in_place)
+    count('ready,' .. topic, in_place)
+    signal(topic, in_place)
+  end
   handled = handled + #entries
   -- Handled in full: the timer's next time is its first entry after now
   -- (jobs this call rescheduled are added to timers by the flush), or it
@@ -71,7 +108,11 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
     end
   end
 end
+-- Ready entries are added before the records are written and delay
+-- entries removed after, as flush orders its own (see flush).
+emit('ZADD', KEYS[2], nil, nil, ready_in, 800)
 commit(now)
+emit('ZREM', KEYS[3], nil, nil, delay_out, 400)
 local next_due = -1
 local first = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
 if first[2] then
