@@ -90,8 +90,9 @@ func runOn(t *testing.T, backends []redistest.Backend, f func(t *testing.T, r *t
 	redistest.ForEach(t, backends, func(t *testing.T, r *redistest.Redis) { f(t, newTestRedis(r)) })
 }
 
-// serverDenying starts a redis-server with an ACL user denied command,
-// and returns the server's address and the user's options.
+// serverDenying starts a redis-server with an ACL user that has the
+// server's documented permissions (redistest.SetACLUser) but command, and
+// returns the server's address and the user's options.
 func serverDenying(t *testing.T, command string) (string, redisconn.Options) {
 	t.Helper()
 	srv := redistest.Start(t)
@@ -100,9 +101,7 @@ func serverDenying(t *testing.T, command string) (string, redisconn.Options) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	if _, err := admin.Do("ACL", "SETUSER", "dq", "on", ">dq-secret", "~*", "&*", "+@all", "-"+command); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
+	redistest.SetACLUser(t, admin.Do, "dq", "dq-secret", "-"+command)
 	ro := testRedisOptions(srv.Addr)
 	ro.Username, ro.Password = "dq", "dq-secret"
 	return srv.Addr, ro
