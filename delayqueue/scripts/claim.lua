@@ -12,7 +12,7 @@
 -- id, topic, ttr, attempts, body}.
 local now = clock()
 -- The records changed in place keep their index changes and counts here,
--- written once per call after the loop, not through enter_as and leave_as
+-- handed to flush once per call (move_entries), not through enter_as and leave_as
 -- per job (most of a small claim's cost): ready_out, the ready entries they
 -- leave; reserved_in, ZADD arguments of their lease entries; moved[topic],
 -- {jobs, earliest lease ms}, its topics listed in the array part.
@@ -158,17 +158,14 @@ for _ = 1, requests do
   end
   reply[head + 1] = claimed
 end
--- Lease entries are added before the records are written and ready
--- entries removed after, as flush orders its own (see flush).
 for _, topic in ipairs(moved) do
   local c = moved[topic]
   count('reserved,' .. topic, c[1])
   count('ready,' .. topic, -c[1])
   lower_timer('reserved,' .. topic, c[2])
 end
-emit('ZADD', KEYS[4], nil, nil, reserved_in, 800)
+move_entries(KEYS[2], ready_out, KEYS[4], reserved_in)
 local left = flush()
-emit('ZREM', KEYS[2], nil, nil, ready_out, 400)
 -- A topic that still has ready jobs keeps at least one wake-up token, so
 -- that other held pops are not left sleeping: the caller may have taken
 -- its token to come here, and served another topic. (Flush deleted the

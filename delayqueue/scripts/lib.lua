@@ -357,6 +357,14 @@ local function index_op(key, m, present)
   ops[m] = present
 end
 
+-- move_entries notes index entries a hot path moved without index_op,
+-- as lists of one entry per job: added, ZADD arguments ('0', member, ...)
+-- for index to; removed, members of index from. flush writes them with
+-- its own, in its order.
+local function move_entries(from, removed, to, added)
+  pend.moved = {from, removed, to, added}
+end
+
 local function count(field, delta)
   local counts = pending('counts')
   note(counts, field, (counts[field] or 0) + delta)
@@ -556,8 +564,11 @@ end
 -- (a wake-up list the call was not given expires, see WAKE_TTL_MS).
 -- It returns the counters it changed, each field with its new value.
 local function flush()
-  local index = pend.index
+  local index, moved = pend.index, pend.moved
   write_index(index, true)
+  if moved then
+    emit('ZADD', moved[3], nil, nil, moved[4], 800)
+  end
   local timers = pend.timers
   if timers then
     local args = {}
@@ -601,6 +612,9 @@ local function flush()
     emit('HDEL', KEYS[9], nil, nil, body_deletes, 400)
   end
   write_index(index, false)
+  if moved then
+    emit('ZREM', moved[1], nil, nil, moved[2], 400)
+  end
   -- Increments first, so that a topic's counters never look empty halfway.
   -- A counter down to 0 goes, and what the topic kept for that state with
   -- it: its wake-up tokens with its last ready job, its timer for delayed

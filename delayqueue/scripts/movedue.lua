@@ -16,7 +16,7 @@ local now = clock()
 local handled, oldest = 0, -1
 local expired = {}
 -- The delayed jobs made ready in place (see make_ready_raw) keep their
--- index changes here, written once after the loop, not through enter_as
+-- index changes here, handed to flush once (move_entries), not through enter_as
 -- and leave_as per job: delay_out, the delay entries they leave; ready_in,
 -- ZADD arguments of their ready entries. Their counts and wake-up tokens
 -- are noted once per timer.
@@ -108,11 +108,8 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
     end
   end
 end
--- Ready entries are added before the records are written and delay
--- entries removed after, as flush orders its own (see flush).
-emit('ZADD', KEYS[2], nil, nil, ready_in, 800)
+move_entries(KEYS[3], delay_out, KEYS[2], ready_in)
 commit(now)
-emit('ZREM', KEYS[3], nil, nil, delay_out, 400)
 local next_due = -1
 local first = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
 if first[2] then
