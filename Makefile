@@ -9,12 +9,14 @@ TEST_TIMEOUT ?= 15m
 FUZZ_TIME    ?= 30s
 # make bench CLUSTER=3 runs the benchmark on a local cluster of 3 primaries.
 CLUSTER      ?= 0
+# make bench-compare BASE=<an older build's delay-queue> ROUNDS=10
+ROUNDS       ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test lint bench fuzz clean
+.PHONY: help run build test lint bench bench-compare fuzz clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-6s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Built then run (not `go run`), so Ctrl-C and SIGTERM reach the server itself
 # and it shuts down gracefully. delay-queue.conf binds 127.0.0.1:9277.
@@ -52,6 +54,13 @@ lint: ## check formatting (gofmt) and run go vet
 # settings (WRK=1, SERVER_BIN...), passed through the environment.
 bench: ## load benchmark: figures, ratios to redis-benchmark and Redis CPU per job (ARGS=-quick: short run; CLUSTER=3: on a 3-primary cluster)
 	GO=$(GO) CLUSTER=$(CLUSTER) scripts/bench.sh $(ARGS)
+
+# Alternating rounds of scripts/bench.sh with another build and this one (see
+# scripts/bench-compare.sh): on a shared machine, only figures taken side by
+# side compare builds.
+bench-compare: build ## this build against BASE=<another delay-queue binary>, in ROUNDS rounds side by side (ARGS for dq-bench)
+	@test -n "$(BASE)" || { echo "make bench-compare: set BASE to the delay-queue binary to compare with"; exit 2; }
+	GO=$(GO) CLUSTER=$(CLUSTER) scripts/bench-compare.sh -n $(ROUNDS) $(BASE) bin/delay-queue -- $(ARGS)
 
 fuzz: ## fuzz the HTTP request parsing and decoding for FUZZ_TIME each (default 30s; a count such as 100000x avoids Go 1.26's deadline race)
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./routers/
