@@ -257,21 +257,6 @@ func (c *Client) Do(ctx context.Context, key string, f func(redis.Conn) error) e
 	}
 }
 
-// DoAt runs f on a pooled connection to the primary at addr, as listed by
-// Primaries, for commands about that node (INFO). It follows no redirect.
-// Without a cluster there is one primary, and addr is not looked at.
-func (c *Client) DoAt(ctx context.Context, addr string, f func(redis.Conn) error) error {
-	if c.single != nil {
-		return doOn(ctx, c.single, f)
-	}
-	conn, err := c.get(ctx, addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return f(conn)
-}
-
 // Dial opens a connection of its own, not pooled, to the primary serving
 // key's hash slot (without a cluster, to the server or the Sentinel-named
 // primary), for a blocking command such as BLPOP. The caller closes it.

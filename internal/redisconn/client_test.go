@@ -420,7 +420,7 @@ func TestDialAfterABlockingCallWasMoved(t *testing.T) {
 	fc.setSlots(fakeRange{0, SlotCount - 1, b})
 	_, err = conn.Do("BLPOP", "wake", 1)
 	conn.Close()
-	if !IsRedirect(err) {
+	if !isRedirect(err) {
 		t.Fatalf("BLPOP = %v, want the MOVED", err)
 	}
 	conn, err = c.Dial(context.Background(), "wake")

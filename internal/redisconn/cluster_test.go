@@ -103,14 +103,14 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("Primaries = %v, %v; want %v", primaries, err, cluster.Primaries(t))
 		}
 		for _, addr := range primaries {
-			err := c.DoAt(ctx, addr, func(conn redis.Conn) error {
+			err := c.doAt(ctx, addr, func(conn redis.Conn) error {
 				if got := portOf(t, conn); got != port(addr) {
-					t.Errorf("DoAt(%s) ran on port %s", addr, got)
+					t.Errorf("doAt(%s) ran on port %s", addr, got)
 				}
 				return nil
 			})
 			if err != nil {
-				t.Fatalf("DoAt(%s): %v", addr, err)
+				t.Fatalf("doAt(%s): %v", addr, err)
 			}
 		}
 		if err := c.CheckServers(ctx); err != nil {
@@ -269,7 +269,7 @@ func TestCluster(t *testing.T) {
 		cluster.MigrateSlot(t, slot, to)
 		select {
 		case err := <-unblocked:
-			if !IsRedirect(err) {
+			if !isRedirect(err) {
 				t.Fatalf("BLPOP ended with %v, want a redirect", err)
 			}
 			t.Logf("BLPOP unblocked with %v", err)

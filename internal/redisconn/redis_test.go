@@ -442,7 +442,7 @@ func TestClientWithoutACluster(t *testing.T) {
 		t.Fatalf("Primaries = %v, %v; want [%s]", primaries, err, srv.Addr)
 	}
 	var n int
-	err = c.DoAt(ctx, primaries[0], func(conn redis.Conn) error {
+	err = c.doAt(ctx, primaries[0], func(conn redis.Conn) error {
 		var err error
 		// The options' DB is selected.
 		n, err = redis.Int(conn.Do("DBSIZE"))

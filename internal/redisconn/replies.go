@@ -54,11 +54,6 @@ func RedirectKind(err error) string {
 	return ""
 }
 
-// IsRedirect reports whether err is a MOVED, ASK, TRYAGAIN or CLUSTERDOWN
-// reply: the command was refused, not run, because of where or when it was
-// sent. A blocked BLPOP is also answered so when its slot moves.
-func IsRedirect(err error) bool { return RedirectKind(err) != "" }
-
 // IsTransientReply reports whether err is an error reply meaning "Redis
 // cannot serve this now" rather than a refusal of the command itself:
 // loading its data, a replica since a failover (READONLY, MASTERDOWN),

@@ -75,8 +75,8 @@ func TestReplyClassification(t *testing.T) {
 		if got := RedirectKind(tt.err); got != tt.kind {
 			t.Errorf("RedirectKind(%v) = %q, want %q", tt.err, got, tt.kind)
 		}
-		if got := IsRedirect(tt.err); got != (tt.kind != "") {
-			t.Errorf("IsRedirect(%v) = %v", tt.err, got)
+		if got := isRedirect(tt.err); got != (tt.kind != "") {
+			t.Errorf("isRedirect(%v) = %v", tt.err, got)
 		}
 		if got := IsTransientReply(tt.err); got != tt.transient {
 			t.Errorf("IsTransientReply(%v) = %v, want %v", tt.err, got, tt.transient)
