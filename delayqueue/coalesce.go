@@ -223,21 +223,26 @@ func (c *coalescer[T, R]) run(ctx context.Context, batch []*coalescedCall[T, R])
 
 // lanes splits calls by size between two coalescers, so that a batch
 // never waits behind single calls nor singles behind a batch. Each lets
-// two script calls run at once, so that Redis runs one while the next is
-// sent; calls arriving meanwhile share the next one. Calls of one item (a
-// single push, pop, finish or delete) arrive many at a time, and their
-// leader yields before taking its batch (see coalescer.yield).
+// a few script calls run at once (singleSlots, batchSlots), so that Redis
+// runs one while the next is sent; calls arriving meanwhile share the next
+// one. Calls of one item (a single push, pop, finish or delete) arrive
+// many at a time, and their leader yields before taking its batch (see
+// coalescer.yield).
 // Measured with dq-bench: before the yield, one slot for single calls gave
 // pop-finish 4% more than two; with it, two slots gave push and
 // pop-finish about 4% more than one, and the yield itself about 10% to
-// pop-finish. Two slots gave the batch figures 5% more than one.
+// pop-finish. Two slots gave the batch figures 5% more than one. Since a
+// call holds one partition's items, three single-call slots did better than
+// two on the default 3 partitions (wrk push and pop-finish medians 6–20%
+// higher in two sets of 8 and 10 rounds side by side, though not in every
+// round; Redis' CPU per job the same), and one lost 12–18%.
 //
 // The partitions on one Redis server share their lanes' slots (laneGroup):
-// two single-call script calls of a kind in flight per server, not per
-// partition, so that the jobs of a server's partitions share calls as they
-// would with one partition. (Per partition, 3 partitions cut the jobs per
-// push call from 13 to 5 under dq-bench, and raised Redis' CPU per job
-// 1.6 times.)
+// the single-call script calls of a kind in flight are bounded per server,
+// not per partition, so that the jobs of a server's partitions share calls
+// as they would with one partition. (Per partition, 3 partitions cut the
+// jobs per push call from 13 to 5 under dq-bench, and raised Redis' CPU
+// per job 1.6 times.)
 type lanes[T any, R any] struct {
 	single, batch *coalescer[T, R]
 	size          func(T) int

@@ -64,7 +64,7 @@ const (
 	// flight at once per Redis server (the partitions it holds share them),
 	// for calls of one item and for larger ones (see lanes); calls
 	// arriving meanwhile share the next one.
-	singleSlots = 2
+	singleSlots = 3
 	batchSlots  = 2
 	// maxClaimsPerCall bounds the jobs one shared claim script may take.
 	maxClaimsPerCall = 500
