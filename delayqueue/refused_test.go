@@ -61,3 +61,81 @@ func TestClaimRefusedHalfWayLosesNoJob(t *testing.T) {
 		})
 	}
 }
+
+// A move of due jobs that Redis refuses half-way loses no job either: the
+// job stays delayed and findable by the scanner (its timer kept), or it is
+// ready. Denying HSET stops movedue.lua before the record is written;
+// denying ZREM stops it after. The job is pushed by a queue stopped before
+// it is due, the refused move runs alone, and then a queue of the full
+// user must deliver it.
+func TestMoveDueRefusedHalfWayLosesNoJob(t *testing.T) {
+	t.Parallel()
+	for _, denied := range []string{"hset", "zrem"} {
+		t.Run(denied, func(t *testing.T) {
+			t.Parallel()
+			addr, ro := serverDenying(t, denied)
+			opts := Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second,
+				CheckKeys: true}
+			logger := redistest.Logger(t)
+			ctx := context.Background()
+
+			// The pusher runs only until the push is done: its scanner must
+			// not move the job, due two seconds later.
+			rdb, err := redisconn.New(testRedisOptions(addr), logger, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			pusher, err := New(rdb, opts, logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if err := pusher.Run(runCtx); err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+			select {
+			case <-pusher.ready:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the pusher did not start")
+			}
+			mustPush(t, pusher, Job{Topic: "half", ID: "j1", Delay: 2 * time.Second, Body: "b"})
+			pusher.StopWaiting()
+			cancel()
+			<-done
+			if j, err := pusher.Get(ctx, "j1"); err != nil || j.State != StateDelay {
+				t.Fatalf("after the pusher stopped: %+v, %v; want j1 still delayed", j, err)
+			}
+
+			refusedRdb, err := redisconn.New(ro, logger, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer refusedRdb.Close()
+			refused, err := New(refusedRdb, opts, logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(refused.ready)
+			s := newScanner(refused, refused.partitions[0])
+			// Until j1 is due the call writes nothing, and Redis refuses nothing.
+			redistest.WaitFor(t, 10*time.Second, "the refused move of j1", func() bool {
+				_, err := s.moveDue(ctx)
+				return err != nil
+			})
+
+			q := startQueue(t, testRedisOptions(addr), opts, logger)
+			d, err := q.Pop(ctx, []string{"half"}, 10*time.Second)
+			if err != nil || d == nil || d.ID != "j1" || d.Body != "b" {
+				t.Fatalf("pop after the refused move = %+v, %v; want job j1", d, err)
+			}
+			if err := q.Finish(ctx, d.ID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -93,3 +93,50 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 		}
 	})
 }
+
+// A move that handles a topic's due jobs in full and, in the same call,
+// reschedules one of its ended leases keeps the topic's timer for the job
+// it rescheduled: the timer is set to its next entry, or removed, only as
+// far as the call's own rescheduling allows. (Not run, so that the test's
+// moves are the only ones.)
+func TestMoveKeepsTheTimerOfAJobItRescheduled(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		rdb := r.client(t)
+		opts := r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true})
+		opts.Cluster = rdb.Cluster()
+		q, err := New(rdb, opts, redistest.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(q.ready)
+		ctx := t.Context()
+		p := q.partitions[0]
+		mustPush(t, q, Job{Topic: "rs", ID: "a", TTR: time.Second, Retry: []int{1}})
+		if d := mustPop(t, q, 0, "rs"); d == nil || d.ID != "a" {
+			t.Fatalf("pop = %+v, want a", d)
+		}
+		mustPush(t, q, Job{Topic: "rs", ID: "b", Delay: time.Second})
+		// Both a's lease and b's delay end within a second and a few ms.
+		bothDue := time.Now().Add(time.Second + 50*time.Millisecond)
+		redistest.WaitFor(t, 5*time.Second, "a's lease and b's delay over", func() bool { return time.Now().After(bothDue) })
+		res, err := p.scanner.moveDue(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.handled != 2 {
+			t.Fatalf("the move handled %d jobs, want 2: a's ended lease and b", res.handled)
+		}
+		if d := mustPop(t, q, 0, "rs"); d == nil || d.ID != "b" {
+			t.Fatalf("pop = %+v, want b", d)
+		}
+		// a comes back after its retry interval, found by its timer.
+		redistest.WaitFor(t, 10*time.Second, "a delivered again", func() bool {
+			if _, err := p.scanner.moveDue(ctx); err != nil {
+				t.Fatal(err)
+			}
+			d := mustPop(t, q, 0, "rs")
+			return d != nil && d.ID == "a"
+		})
+	})
+}

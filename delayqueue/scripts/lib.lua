@@ -379,6 +379,14 @@ local function lower_timer(timer, ms)
   end
 end
 
+-- raise_timer sets a timer to its next time ms, or removes it (ms nil),
+-- when the flush writes it: after the records, since a timer raised past a
+-- job's entry stops the scanner looking at that entry. A time the call
+-- lowered the timer to (lower_timer) still wins when it is earlier.
+local function raise_timer(timer, ms)
+  note(pending('raised'), timer, ms or false)
+end
+
 -- enter puts a job in the index of its state, and leave takes it out, each
 -- counting it there.
 local function enter_as(id, s, x, topic, f)
@@ -557,9 +565,10 @@ end
 
 -- flush writes the pending changes, in an order that loses no job if Redis
 -- refuses one of them half-way (an ACL denying a command: Redis keeps a
--- failed script's earlier writes): index entries are added first, records
--- written next, old entries removed last; an entry left without a matching
--- record is dropped by whoever reads it next. Then it cleans up after the
+-- failed script's earlier writes): index entries are added and timers
+-- lowered first, records written next, old entries removed and timers
+-- raised last; an entry left without a matching record is dropped by
+-- whoever reads it next. Then it cleans up after the
 -- topics the call emptied here: no counter, timer or wake-up list stays
 -- (a wake-up list the call was not given expires, see WAKE_TTL_MS).
 -- It returns the counters it changed, each field with its new value.
@@ -614,6 +623,20 @@ local function flush()
   write_index(index, false)
   if moved then
     emit('ZREM', moved[1], nil, nil, moved[2], 400)
+  end
+  local raised = pend.raised
+  if raised then
+    for _, timer in ipairs(raised) do
+      local ms, lowered = raised[timer], timers and timers[timer]
+      if lowered and (not ms or lowered < ms) then
+        ms = lowered
+      end
+      if ms then
+        redis.call('ZADD', KEYS[7], int(ms), timer)
+      else
+        redis.call('ZREM', KEYS[7], timer)
+      end
+    end
   end
   -- Increments first, so that a topic's counters never look empty halfway.
   -- A counter down to 0 goes, and what the topic kept for that state with

@@ -97,14 +97,15 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
   end
   handled = handled + #entries
   -- Handled in full: the timer's next time is its first entry after now
-  -- (jobs this call rescheduled are added to timers by the flush), or it
-  -- goes. Otherwise it stays due, for the next call.
+  -- (or sooner, for a job this call rescheduled), or it goes; the flush
+  -- writes it once the records are (see raise_timer). Otherwise it stays
+  -- due, for the next call.
   if #entries < asked then
     local first = redis.call('ZRANGEBYLEX', key, '[' .. topic .. ',' .. time13(now + 1) .. ',', '(' .. topic .. '-', 'LIMIT', '0', '1')
     if #first > 0 then
-      redis.call('ZADD', KEYS[7], string.match(first[1], ',(%d+),', #topic + 1), timer)
+      raise_timer(timer, tonumber(string.match(first[1], ',(%d+),', #topic + 1)))
     else
-      redis.call('ZREM', KEYS[7], timer)
+      raise_timer(timer)
     end
   end
 end
