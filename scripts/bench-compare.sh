@@ -17,8 +17,9 @@
 # The environment reaches scripts/bench.sh (CLUSTER, WRK, BUCKET_SIZE...).
 # The load tool is built once into BIN_DIR (default bin) unless SKIP_BUILD=1;
 # the binaries compared are taken as they are. REDIS_BENCH_REQUESTS defaults
-# to 50000 here, a shorter reference run. The raw lines are kept in $OUT (default: a temporary file,
-# named at the end).
+# to 50000 here, a shorter reference run. The raw lines are kept in $OUT
+# (default: a temporary file, named at the end), and what the runs printed
+# on stderr in $OUT.err.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -52,6 +53,7 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
 fi
 out=${OUT:-$(mktemp /tmp/bench-compare.XXXXXX)}
 : >"$out"
+: >"$out.err"
 
 n=${#bins[@]}
 for ((r = 1; r <= rounds; r++)); do
@@ -60,8 +62,8 @@ for ((r = 1; r <= rounds; r++)); do
 		echo "bench-compare: round $r of $rounds: ${bins[$w]}" >&2
 		# A failed run leaves its figures out; the ratios need both sides.
 		SKIP_BUILD=1 BIN_DIR=$bin_dir SERVER_BIN=${bins[$w]} REDIS_BENCH_REQUESTS=${REDIS_BENCH_REQUESTS:-50000} \
-			scripts/bench.sh "$@" 2>/dev/null | awk -v r="$r" -v w="$w" 'NF >= 2 && $2 ~ /^[0-9.]+$/ { print r, w, $1, $2, $3 }' >>"$out" ||
-			echo "bench-compare: round $r: ${bins[$w]}: bench.sh failed" >&2
+			scripts/bench.sh "$@" 2>>"$out.err" | awk -v r="$r" -v w="$w" 'NF >= 2 && $2 ~ /^[0-9.]+$/ { print r, w, $1, $2, $3 }' >>"$out" ||
+			echo "bench-compare: round $r: ${bins[$w]}: bench.sh failed (see $out.err)" >&2
 	done
 done
 
@@ -102,4 +104,4 @@ END {
 		print line
 	}
 }' "$out"
-echo "raw figures: $out"
+echo "raw figures: $out (the runs' stderr: $out.err)"
