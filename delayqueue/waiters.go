@@ -27,11 +27,10 @@ type waiter struct {
 	topics []string
 	count  int            // jobs wanted at most
 	result chan popResult // buffered; the dispatch loop sends exactly once per checkout that ends the wait
-	elems  map[string]*list.Element
 
 	// Guarded by the registry's mutex.
-	checkedOut bool // a dispatch loop is claiming for it
-	abandoned  bool // its Pop stopped waiting while checked out
+	elems     map[string]*list.Element // its place in each topic's FIFO; nil once checked out, until queued again
+	abandoned bool                     // its Pop stopped waiting after a checkout
 }
 
 type popResult struct {
@@ -185,7 +184,6 @@ func (r *waiterRegistry) dropIfUnusedLocked(topic string) {
 // settleLocked ends w's checkout in the counts of its topics. r.mu must be
 // held.
 func (r *waiterRegistry) settleLocked(w *waiter) {
-	w.checkedOut = false
 	for _, t := range w.topics {
 		if r.claiming[t]--; r.claiming[t] <= 0 {
 			delete(r.claiming, t)
@@ -215,18 +213,19 @@ func (r *waiterRegistry) checkout(topic string, maxJobs int) []*waiter {
 			r.claiming[t]++
 		}
 		r.unlinkLocked(w)
-		w.checkedOut = true
 		ws = append(ws, w)
 	}
 }
 
 // giveUp is called by a Pop that stops waiting. It returns true when w was
-// still queued (and is now gone); false when a dispatch loop has it checked
-// out, in which case the loop will send on w.result.
+// still queued (and is now gone); false when a dispatch loop checked it
+// out, in which case the loop sends on w.result, or already has: a Pop
+// whose hold ends as the loop hands it jobs must read them, not leave
+// them claimed for nobody until their ttr.
 func (r *waiterRegistry) giveUp(w *waiter) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if w.checkedOut {
+	if w.elems == nil { // checked out, not queued again
 		w.abandoned = true
 		return false
 	}

@@ -116,6 +116,55 @@ func TestWaiterRegistryKeepsTopicsDuringAClaim(t *testing.T) {
 	}
 }
 
+// A Pop whose hold ends just as a dispatch loop hands it jobs must take
+// them: giveUp after handOut (or after a checkin that told an abandoned
+// waiter) says the waiter is no longer queued, so that its Pop reads the
+// result, rather than leaving the claimed jobs in the channel until their
+// ttr.
+func TestWaiterGiveUpAfterItsCheckoutEnded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(r *waiterRegistry, w *waiter)
+		want int // deliveries the result carries
+	}{
+		{"jobs handed out", func(r *waiterRegistry, w *waiter) { r.handOut(w, []*Delivery{{ID: "j"}}) }, 1},
+		{"queued again after a fruitless claim", func(r *waiterRegistry, w *waiter) { r.checkin(w, nil) }, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newWaiterRegistry(2)
+			w := &waiter{topics: []string{"a"}, count: 1, result: make(chan popResult, 1)}
+			r.add(w, false)
+			if ws := r.checkout("a", 1); len(ws) != 1 || ws[0] != w {
+				t.Fatalf("checkout = %v, want the waiter", ws)
+			}
+			tc.end(r, w)
+			queued := r.giveUp(w)
+			if tc.want < 0 {
+				// Checked in: queued again, so giveUp removes it and no
+				// result comes.
+				if !queued {
+					t.Fatal("giveUp of a waiter queued again said a result would come")
+				}
+				if r.anyWaiting([]string{"a"}) {
+					t.Error("the waiter is still queued after giveUp")
+				}
+				return
+			}
+			if queued {
+				t.Fatal("giveUp after the jobs were handed out said the waiter was still queued: its Pop would drop them")
+			}
+			select {
+			case got := <-w.result:
+				if len(got.deliveries) != tc.want {
+					t.Errorf("result = %+v, want %d deliveries", got, tc.want)
+				}
+			default:
+				t.Error("no result for the Pop to read")
+			}
+		})
+	}
+}
+
 // A dispatch loop's safety net reads which of its topics have ready jobs:
 // a topic with a ready job counts, one with only a ready webhook job (in
 // the counters, but never popped) or with none does not.
