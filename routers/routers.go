@@ -17,6 +17,7 @@ import (
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/defaults"
+	"github.com/delay-queue/delay-queue/ui"
 )
 
 // Queue is the part of the engine the HTTP layer needs. *delayqueue.Queue
@@ -238,12 +239,12 @@ func New(q Queue, opts Options, logger *slog.Logger) http.Handler {
 	if h.opts.UI != nil {
 		// "/ui/" matches every path below it; "/ui" alone is the UI's to
 		// redirect.
-		for _, path := range []string{"/ui", "/ui/"} {
+		for _, path := range []string{ui.Prefix, ui.Prefix + "/"} {
 			routes = append(routes, route{method: http.MethodGet, path: path, handle: h.opts.UI.ServeHTTP,
 				access: accessOpen, raw: true})
 		}
 		// Browsers ask for it on their own, on any page of the server.
-		routes = append(routes, route{method: http.MethodGet, path: "/favicon.ico", handle: h.opts.UI.ServeHTTP,
+		routes = append(routes, route{method: http.MethodGet, path: ui.IconPath, handle: h.opts.UI.ServeHTTP,
 			access: accessOpen, raw: true, quiet: true})
 	}
 

@@ -1,4 +1,4 @@
-package ui
+package ui_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/routers"
+	"github.com/delay-queue/delay-queue/ui"
 	"github.com/delay-queue/delay-queue/wire"
 )
 
@@ -50,7 +51,7 @@ func startDashboardServerWith(t *testing.T, opts routers.Options) *dashboardServ
 	q := enginetest.Start(t, mini.Addr(), 5*time.Second, logger)
 
 	// The dashboard is mounted by the API, as in the server binary.
-	opts.BlockTimeout, opts.UI = 5*time.Second, Handler()
+	opts.BlockTimeout, opts.UI = 5*time.Second, ui.Handler()
 	srv := httptest.NewServer(routers.New(q, opts, logger))
 	t.Cleanup(srv.Close) // before the engine stops
 	return &dashboardServer{t: t, url: srv.URL, token: opts.AuthToken}

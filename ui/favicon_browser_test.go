@@ -1,4 +1,4 @@
-package ui
+package ui_test
 
 import (
 	"log/slog"
@@ -12,6 +12,7 @@ import (
 	"github.com/delay-queue/delay-queue/internal/enginetest"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 	"github.com/delay-queue/delay-queue/routers"
+	"github.com/delay-queue/delay-queue/ui"
 )
 
 // pathRecorder remembers the paths of the requests it passes on.
@@ -40,7 +41,7 @@ func TestBrowserAsksForThePagesIcon(t *testing.T) {
 	b := startBrowser(t)
 	logger := slog.New(redistest.LogHandler(t, slog.LevelWarn))
 	q := enginetest.Start(t, redistest.Mini(t).Addr(), 5*time.Second, logger)
-	rec := &pathRecorder{next: routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, UI: Handler()}, logger)}
+	rec := &pathRecorder{next: routers.New(q, routers.Options{BlockTimeout: 5 * time.Second, UI: ui.Handler()}, logger)}
 	srv := httptest.NewServer(rec)
 	t.Cleanup(srv.Close)
 

@@ -1,13 +1,17 @@
-package ui
+package ui_test
 
 import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/delay-queue/delay-queue/ui"
 )
 
 // serve sends one request to a fresh Handler and returns the recorded answer.
@@ -18,13 +22,13 @@ func serve(t *testing.T, method, path string, header http.Header) *httptest.Resp
 		req.Header[k] = v
 	}
 	rec := httptest.NewRecorder()
-	Handler().ServeHTTP(rec, req)
+	ui.Handler().ServeHTTP(rec, req)
 	return rec
 }
 
 func embedded(t *testing.T, name string) []byte {
 	t.Helper()
-	content, err := static.ReadFile("static/" + name)
+	content, err := os.ReadFile(filepath.Join("static", name)) // what the build embedded
 	if err != nil {
 		t.Fatalf("read embedded %s: %v", name, err)
 	}
@@ -183,7 +187,7 @@ func TestScriptNeverParsesHTML(t *testing.T) {
 }
 
 func TestHandlerServesThroughAServer(t *testing.T) {
-	srv := httptest.NewServer(Handler())
+	srv := httptest.NewServer(ui.Handler())
 	defer srv.Close()
 	// The client follows the relative redirect from /ui to /ui/.
 	resp, err := http.Get(srv.URL + "/ui")

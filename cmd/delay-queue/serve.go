@@ -448,7 +448,7 @@ func dashboardURL(addr net.Addr) string {
 	if !tcp.IP.IsUnspecified() {
 		host = tcp.IP.String()
 	}
-	return "http://" + net.JoinHostPort(host, fmt.Sprint(tcp.Port)) + "/ui/"
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(tcp.Port)) + ui.Prefix + "/"
 }
 
 // exposedWithoutAuth reports whether the API listens beyond loopback with
