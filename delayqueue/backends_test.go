@@ -110,12 +110,7 @@ func serverDenying(t *testing.T, command string) (string, redisconn.Options) {
 // client is a client of the backend, closed when the test ends.
 func (r *testRedis) client(t *testing.T) *redisconn.Client {
 	t.Helper()
-	rdb, err := redisconn.New(r.opts, redistest.Logger(t), nil)
-	if err != nil {
-		t.Fatalf("redisconn.New: %v", err)
-	}
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
+	return newClient(t, r.opts, redistest.Logger(t))
 }
 
 // queueOptions are opts with the test's namespace put in front of the key

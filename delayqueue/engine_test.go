@@ -30,17 +30,15 @@ func newTestQueue(t *testing.T, r *testRedis, mutate ...func(*Options)) *Queue {
 // on, runs it until the test ends, and returns once it serves.
 func startQueue(t testing.TB, ro redisconn.Options, opts Options, logger *slog.Logger) *Queue {
 	t.Helper()
-	rdb, err := redisconn.New(ro, logger, nil)
-	if err != nil {
-		t.Fatalf("redisconn.New: %v", err)
-	}
-	opts.CheckKeys = true
-	opts.Cluster = rdb.Cluster()
-	q, err := New(rdb, opts, logger)
-	if err != nil {
-		rdb.Close()
-		t.Fatalf("New: %v", err)
-	}
+	q, _ := runQueue(t, ro, opts, logger)
+	return q
+}
+
+// runQueue is startQueue that also returns a stop, for a test that needs
+// the queue gone before it ends; the test's end stops it too.
+func runQueue(t testing.TB, ro redisconn.Options, opts Options, logger *slog.Logger) (*Queue, func()) {
+	t.Helper()
+	q := newQueue(t, newClient(t, ro, logger), opts, logger)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -49,12 +47,15 @@ func startQueue(t testing.TB, ro redisconn.Options, opts Options, logger *slog.L
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	t.Cleanup(func() {
-		q.StopWaiting()
-		cancel()
-		<-done
-		rdb.Close()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			q.StopWaiting()
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case <-q.Started():
 	case <-done:
@@ -62,6 +63,39 @@ func startQueue(t testing.TB, ro redisconn.Options, opts Options, logger *slog.L
 	case <-time.After(10 * time.Second):
 		t.Fatal("the queue did not start within 10s")
 	}
+	return q, stop
+}
+
+// newClient connects to Redis through ro until the test ends.
+func newClient(t testing.TB, ro redisconn.Options, logger *slog.Logger) *redisconn.Client {
+	t.Helper()
+	rdb, err := redisconn.New(ro, logger, nil)
+	if err != nil {
+		t.Fatalf("redisconn.New: %v", err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// newQueue builds a queue on rdb with the key check on; running it is the
+// caller's.
+func newQueue(t testing.TB, rdb *redisconn.Client, opts Options, logger *slog.Logger) *Queue {
+	t.Helper()
+	opts.CheckKeys = true
+	opts.Cluster = rdb.Cluster()
+	q, err := New(rdb, opts, logger)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return q
+}
+
+// unrunQueue is newQueue serving without Run: no migration and no loops,
+// so that the test's own calls are the only ones.
+func unrunQueue(t testing.TB, rdb *redisconn.Client, opts Options, logger *slog.Logger) *Queue {
+	t.Helper()
+	q := newQueue(t, rdb, opts, logger)
+	close(q.ready)
 	return q
 }
 
@@ -521,12 +555,8 @@ func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 func TestRunStopsPromptlyWithHeldPops(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		rdb := r.client(t)
-		q, err := New(rdb, r.queueOptions(Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
-			ScanInterval: 30 * time.Second, CheckKeys: true, Cluster: rdb.Cluster()}), redistest.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		q := newQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s",
+			ScanInterval: 30 * time.Second}), redistest.Logger(t))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { q.Run(ctx); close(done) }()

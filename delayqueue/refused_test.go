@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -35,17 +34,8 @@ func TestClaimRefusedHalfWayLosesNoJob(t *testing.T) {
 
 			// The refused consumer: its queue is not run (its scanner
 			// would be refused too), so it only claims.
-			rdb, err := redisconn.New(ro, redistest.Logger(t), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rdb.Close()
-			opts.CheckKeys = true
-			refused, err := New(rdb, opts, redistest.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			close(refused.ready)
+			logger := redistest.Logger(t)
+			refused := unrunQueue(t, newClient(t, ro, logger), opts, logger)
 			ctx := context.Background()
 			if d, err := refused.Pop(ctx, []string{"half"}, 0); err == nil {
 				t.Fatalf("a pop denied %s = %v, nil; want its error", c.denied, d)
@@ -74,53 +64,20 @@ func TestMoveDueRefusedHalfWayLosesNoJob(t *testing.T) {
 		t.Run(denied, func(t *testing.T) {
 			t.Parallel()
 			addr, ro := serverDenying(t, denied)
-			opts := Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second,
-				CheckKeys: true}
+			opts := Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second}
 			logger := redistest.Logger(t)
 			ctx := context.Background()
 
 			// The pusher runs only until the push is done: its scanner must
 			// not move the job, due two seconds later.
-			rdb, err := redisconn.New(testRedisOptions(addr), logger, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rdb.Close()
-			pusher, err := New(rdb, opts, logger)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runCtx, cancel := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if err := pusher.Run(runCtx); err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			}()
-			select {
-			case <-pusher.ready:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the pusher did not start")
-			}
+			pusher, stopPusher := runQueue(t, testRedisOptions(addr), opts, logger)
 			mustPush(t, pusher, Job{Topic: "half", ID: "j1", Delay: 2 * time.Second, Body: "b"})
-			pusher.StopWaiting()
-			cancel()
-			<-done
+			stopPusher()
 			if j, err := pusher.Get(ctx, "j1"); err != nil || j.State != StateDelay {
 				t.Fatalf("after the pusher stopped: %+v, %v; want j1 still delayed", j, err)
 			}
 
-			refusedRdb, err := redisconn.New(ro, logger, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer refusedRdb.Close()
-			refused, err := New(refusedRdb, opts, logger)
-			if err != nil {
-				t.Fatal(err)
-			}
-			close(refused.ready)
+			refused := unrunQueue(t, newClient(t, ro, logger), opts, logger)
 			s := newScanner(refused, refused.partitions[0])
 			// Until j1 is due the call writes nothing, and Redis refuses nothing.
 			redistest.WaitFor(t, 10*time.Second, "the refused move of j1", func() bool {

@@ -48,14 +48,7 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		logger := redistest.Logger(t)
-		rdb := r.client(t)
-		opts := r.queueOptions(Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true})
-		opts.Cluster = rdb.Cluster()
-		q, err := New(rdb, opts, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		close(q.ready) // serve without Run: no migration, no loops
+		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), logger)
 		p := q.partitionOf("r1")
 		move := func(id string) moveResult {
 			t.Helper()
@@ -86,6 +79,7 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 		wake := q.keys.wake(p.tag, "rt")
 		var tokens int
 		if err := q.withConn(t.Context(), p.key(), func(c redis.Conn) error {
+			var err error
 			tokens, err = redis.Int(c.Do("LLEN", wake))
 			return err
 		}); err != nil || tokens != 2 {
@@ -102,14 +96,7 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 func TestMoveKeepsTheTimerOfAJobItRescheduled(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		rdb := r.client(t)
-		opts := r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true})
-		opts.Cluster = rdb.Cluster()
-		q, err := New(rdb, opts, redistest.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		close(q.ready)
+		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), redistest.Logger(t))
 		ctx := t.Context()
 		p := q.partitions[0]
 		mustPush(t, q, Job{Topic: "rs", ID: "a", TTR: time.Second, Retry: []int{1}})
