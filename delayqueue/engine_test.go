@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
+	"github.com/gomodule/redigo/redis"
 )
 
 // newTestQueue builds a queue on r, with the key check on, and runs it
@@ -381,6 +383,53 @@ func TestGoneConsumerLosesNothing(t *testing.T) {
 		d := mustPop(t, q, 3*time.Second, "gone")
 		if d == nil || d.ID != "g1" || d.Attempts != 1 {
 			t.Fatalf("pop = %+v", d)
+		}
+	})
+}
+
+// leavingRedis runs leave after the first call made through it once
+// leave is set: a consumer that goes while its call runs in Redis.
+type leavingRedis struct {
+	*redisconn.Client
+	leave atomic.Pointer[context.CancelFunc]
+}
+
+func (c *leavingRedis) Do(ctx context.Context, key string, f func(redis.Conn) error) error {
+	err := c.Client.Do(ctx, key, f)
+	if leave := c.leave.Swap(nil); leave != nil {
+		(*leave)()
+	}
+	return err
+}
+
+// An unheld pop whose consumer leaves while its claim runs gives the job
+// back at once, as a held pop does, rather than after its ttr: the next
+// pop gets it, with the first delivery not counted.
+func TestUnheldPopWhoseConsumerLeftGivesTheJobBack(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		rdb := r.client(t)
+		leaving := &leavingRedis{Client: rdb}
+		q, err := New(leaving, r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+			BlockTimeout: 30 * time.Second, CheckKeys: true, Cluster: rdb.Cluster()}), redistest.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(q.ready) // not run: the pop's calls are the only ones
+		mustPush(t, q, Job{Topic: "left", ID: "l1", TTR: time.Minute})
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		leaving.leave.Store(&cancel)
+		if d, err := q.Pop(ctx, []string{"left"}, 0); d != nil || !errors.Is(err, context.Canceled) {
+			t.Fatalf("pop whose consumer left = %+v, %v; want nil, context.Canceled", d, err)
+		}
+		info, err := q.Get(context.Background(), "l1")
+		if err != nil || info == nil || info.State != StateReady || info.Attempts != 0 {
+			t.Fatalf("after the consumer left: %+v, %v; want l1 ready with no delivery counted", info, err)
+		}
+		if d := mustPop(t, q, 0, "left"); d == nil || d.ID != "l1" || d.Attempts != 1 {
+			t.Fatalf("next pop = %+v, want l1 at its first attempt", d)
 		}
 	})
 }

@@ -26,7 +26,8 @@ func (q *Queue) Pop(ctx context.Context, topics []string, hold time.Duration) (*
 }
 
 // PopBatch is Pop for up to count jobs: it waits for at least one, then
-// returns every job it could claim at once.
+// returns every job it could claim at once. Jobs claimed after ctx ended
+// (the consumer left) are given back at once, not after their ttr.
 //
 // A topic's jobs spread over every partition. A Pop tries the partitions
 // in turn, starting from a different one each time, so that each gives out
@@ -60,7 +61,7 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 			return nil, err
 		}
 		if len(ds) > 0 {
-			return ds, nil
+			return q.handOver(ctx, ds)
 		}
 		lastErr = err
 	}
@@ -98,14 +99,23 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 		}
 		res = <-w.result
 	}
-	if len(res.deliveries) > 0 && ctx.Err() != nil {
-		// The consumer is gone: give the jobs back now rather than after ttr.
-		for _, d := range res.deliveries {
-			q.unclaim(d)
-		}
-		return nil, ctx.Err()
+	if res.err != nil {
+		return res.deliveries, res.err
 	}
-	return res.deliveries, res.err
+	return q.handOver(ctx, res.deliveries)
+}
+
+// handOver returns the deliveries claimed for a pop, unless its consumer
+// left meanwhile (ctx ended): then it gives them back at once, rather than
+// after their ttr, and returns ctx's error.
+func (q *Queue) handOver(ctx context.Context, ds []*Delivery) ([]*Delivery, error) {
+	if len(ds) == 0 || ctx.Err() == nil {
+		return ds, nil
+	}
+	for _, d := range ds {
+		q.unclaim(d)
+	}
+	return nil, ctx.Err()
 }
 
 // distinct is topics without repeats, in their first order.
