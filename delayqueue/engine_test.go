@@ -79,9 +79,16 @@ func newClient(t testing.TB, ro redisconn.Options, logger *slog.Logger) *redisco
 	return rdb
 }
 
+// testClient is a client the tests build queues on: *redisconn.Client,
+// or a wrapper of one.
+type testClient interface {
+	Redis
+	Cluster() bool
+}
+
 // newQueue builds a queue on rdb with the key check on; running it is the
 // caller's.
-func newQueue(t testing.TB, rdb *redisconn.Client, opts Options, logger *slog.Logger) *Queue {
+func newQueue(t testing.TB, rdb testClient, opts Options, logger *slog.Logger) *Queue {
 	t.Helper()
 	opts.CheckKeys = true
 	opts.Cluster = rdb.Cluster()
@@ -94,7 +101,7 @@ func newQueue(t testing.TB, rdb *redisconn.Client, opts Options, logger *slog.Lo
 
 // unrunQueue is newQueue serving without Run: no migration and no loops,
 // so that the test's own calls are the only ones.
-func unrunQueue(t testing.TB, rdb *redisconn.Client, opts Options, logger *slog.Logger) *Queue {
+func unrunQueue(t testing.TB, rdb testClient, opts Options, logger *slog.Logger) *Queue {
 	t.Helper()
 	q := newQueue(t, rdb, opts, logger)
 	close(q.ready)
@@ -408,14 +415,10 @@ func (c *leavingRedis) Do(ctx context.Context, key string, f func(redis.Conn) er
 func TestUnheldPopWhoseConsumerLeftGivesTheJobBack(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		rdb := r.client(t)
-		leaving := &leavingRedis{Client: rdb}
-		q, err := New(leaving, r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
-			BlockTimeout: 30 * time.Second, CheckKeys: true, Cluster: rdb.Cluster()}), redistest.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		close(q.ready) // not run: the pop's calls are the only ones
+		leaving := &leavingRedis{Client: r.client(t)}
+		// Not run: the pop's calls are the only ones.
+		q := unrunQueue(t, leaving, r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+			BlockTimeout: 30 * time.Second}), redistest.Logger(t))
 		mustPush(t, q, Job{Topic: "left", ID: "l1", TTR: time.Minute})
 
 		ctx, cancel := context.WithCancel(context.Background())

@@ -100,7 +100,7 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 		res = <-w.result
 	}
 	if res.err != nil {
-		return res.deliveries, res.err
+		return nil, res.err
 	}
 	return q.handOver(ctx, res.deliveries)
 }
