@@ -40,7 +40,13 @@ func startQueue(t testing.TB, ro redisconn.Options, opts Options, logger *slog.L
 // the queue gone before it ends; the test's end stops it too.
 func runQueue(t testing.TB, ro redisconn.Options, opts Options, logger *slog.Logger) (*Queue, func()) {
 	t.Helper()
-	q := newQueue(t, newClient(t, ro, logger), opts, logger)
+	return runQueueOn(t, newClient(t, ro, logger), opts, logger)
+}
+
+// runQueueOn is runQueue on a client of the test's (a wrapper, say).
+func runQueueOn(t testing.TB, rdb testClient, opts Options, logger *slog.Logger) (*Queue, func()) {
+	t.Helper()
+	q := newQueue(t, rdb, opts, logger)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -449,7 +449,9 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			// jobs here, in case a token was lost with a killed process or
 			// a dropped connection.
 			// A webhook dispatcher claims after its own timeout: no token
-			// for it here.
+			// for it here. The timeout itself is a completed round, not a
+			// failure, also for a loop that listens for callbacks only.
+			err = nil
 			l.q.noteRedis(nil)
 			if len(topics) > 0 {
 				var ready []string

@@ -4,9 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // A topic stays listened to while its only waiter is checked out, so that
@@ -198,4 +206,78 @@ func idIn(q *Queue, p *partition, prefix string) string {
 			return id
 		}
 	}
+}
+
+// blpopTimeoutCounter counts the BLPOPs of the dispatch loops' own
+// connections that timed out (a nil reply).
+type blpopTimeoutCounter struct {
+	*redisconn.Client
+	timeouts atomic.Int64
+}
+
+func (c *blpopTimeoutCounter) Dial(ctx context.Context, key string) (redis.Conn, error) {
+	conn, err := c.Client.Dial(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &blpopTimeoutConn{Conn: conn, timeouts: &c.timeouts}, nil
+}
+
+type blpopTimeoutConn struct {
+	redis.Conn
+	timeouts *atomic.Int64
+}
+
+func (c *blpopTimeoutConn) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (any, error) {
+	reply, err := redis.DoWithTimeout(c.Conn, timeout, cmd, args...)
+	if cmd == "BLPOP" && err == nil && reply == nil {
+		c.timeouts.Add(1)
+	}
+	return reply, err
+}
+
+func (c *blpopTimeoutConn) ReceiveWithTimeout(timeout time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, timeout)
+}
+
+// A dispatch loop that waits for callback jobs only (a webhook dispatcher
+// of this process waits, no pop is held) and sees its BLPOP time out, as on
+// any idle server, has completed a round: no loop error is counted or
+// logged, and the dispatcher is not behind.
+func TestIdleDispatchLoopListeningForCallbacksIsNoFailure(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		counter := &blpopTimeoutCounter{Client: r.client(t)}
+		logs := newRecordedLog(t)
+		obs := &recordingObserver{counts: map[string]int{}}
+		q, _ := runQueueOn(t, counter, r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d",
+			QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second, Observer: obs}), slog.New(logs))
+
+		ctx, cancel := context.WithCancel(context.Background())
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			for ctx.Err() == nil {
+				q.WaitCallbacks(ctx, time.Minute)
+			}
+		}()
+		defer func() {
+			cancel()
+			<-waited
+		}()
+		redistest.WaitFor(t, 15*time.Second, "two BLPOP timeouts of the dispatch loop", func() bool {
+			return counter.timeouts.Load() >= 2
+		})
+		if n := obs.get("loop-error/" + LoopDispatcher); n != 0 {
+			t.Errorf("dispatcher errors counted: %d, want 0", n)
+		}
+		if lines := logs.lines(slog.LevelError); len(lines) != 0 {
+			t.Errorf("error lines logged:\n%s", strings.Join(lines, "\n"))
+		}
+		for _, s := range q.LoopHealth() {
+			if s.Loop == LoopDispatcher && s.Behind > 5*time.Second {
+				t.Errorf("dispatcher %v behind after rounds that timed out", s.Behind)
+			}
+		}
+	})
 }
