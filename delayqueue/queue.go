@@ -64,6 +64,10 @@ var (
 	// ErrNotReplicated reports a change Redis made but could not copy to
 	// the replicas asked for in time: the client should retry it.
 	ErrNotReplicated = errors.New("change not acknowledged by enough redis replicas")
+	// ErrRedisFull reports a change Redis refused because its memory is
+	// full (maxmemory, with the noeviction policy): the client may retry
+	// once memory is freed or raised.
+	ErrRedisFull = errors.New("redis is out of memory")
 	// ErrTooManyWaiters reports a Pop refused because the process already
 	// holds its maximum of waiting Pops.
 	ErrTooManyWaiters = errors.New("too many held pops")

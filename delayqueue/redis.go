@@ -31,7 +31,8 @@ type Redis interface {
 
 // withConn runs f on a pooled connection to the server holding key and
 // records whether Redis answered. Failures to reach Redis come back
-// wrapped in ErrUnavailable.
+// wrapped in ErrUnavailable, and a write refused for lack of memory in
+// ErrRedisFull.
 func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) error) error {
 	err := q.rdb.Do(ctx, key, f)
 	if err == nil {
@@ -40,8 +41,12 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 	}
 	var redisErr redis.Error
 	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
-		// Redis answered, with an error: a bug or a misuse, not an outage.
+		// Redis answered, with an error: a bug or a misuse, not an outage;
+		// or its memory is full, which the client is told as such.
 		q.noteRedis(nil)
+		if redisconn.IsOutOfMemoryReply(err) {
+			return fmt.Errorf("%w: %w", ErrRedisFull, err)
+		}
 		return err
 	}
 	q.noteRedis(err)

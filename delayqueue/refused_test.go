@@ -2,8 +2,11 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
@@ -94,5 +97,51 @@ func TestMoveDueRefusedHalfWayLosesNoJob(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// Redis out of memory (maxmemory with the noeviction policy) refuses a
+// push with an error that says so (ErrRedisFull), not a bare script error;
+// nothing is stored and the jobs already there are intact; once memory is
+// raised, the same push goes through. On a server of its own, whose limit
+// the test sets.
+func TestPushRefusedWhileRedisIsOutOfMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	q := startQueue(t, testRedisOptions(srv.Addr), Options{BucketSize: 1, BucketName: "dq_bucket_%d",
+		QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second}, redistest.Logger(t))
+	mustPush(t, q, Job{Topic: "oom", ID: "kept", Delay: time.Hour})
+
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	setMaxMemory := func(bytes string) {
+		t.Helper()
+		if _, err := admin.Do("CONFIG", "SET", "maxmemory", bytes); err != nil {
+			t.Fatalf("CONFIG SET maxmemory %s: %v", bytes, err)
+		}
+	}
+	setMaxMemory("1") // every write that needs memory is refused
+	ctx := context.Background()
+	job := Job{Topic: "oom", ID: "new", TTR: 30 * time.Second, Body: "b"}
+	if _, err := q.Push(ctx, job); !errors.Is(err, ErrRedisFull) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("push while Redis is full = %v, want ErrRedisFull", err)
+	}
+	results, err := q.PushBatch(ctx, []Job{job})
+	if !errors.Is(err, ErrRedisFull) || results != nil {
+		t.Fatalf("batch push while Redis is full = %+v, %v; want no results and ErrRedisFull", results, err)
+	}
+	setMaxMemory("0")
+	if info, err := q.Get(ctx, "new"); !errors.Is(err, ErrNotFound) && (err != nil || info != nil) {
+		t.Fatalf("refused job: %+v, %v; want it not stored", info, err)
+	}
+	if info, err := q.Get(ctx, "kept"); err != nil || info == nil || info.State != StateDelay {
+		t.Fatalf("job stored before: %+v, %v; want it delayed as it was", info, err)
+	}
+	mustPush(t, q, job)
+	if d := mustPop(t, q, 0, "oom"); d == nil || d.ID != "new" {
+		t.Fatalf("pop after memory was raised = %+v, want new", d)
 	}
 }

@@ -18,9 +18,10 @@ import (
 const (
 	msgInternalError    = "internal error"
 	msgRedisUnavailable = "redis unavailable, try again"
+	msgRedisFull        = "redis is out of memory (maxmemory), try again later"
 	// msgPartlyDone: failed of total jobs or ids were not handled (done: what
 	// was done to the others), and the whole batch may be sent again.
-	msgPartlyDone      = "%d of %d not %s: part of redis is unavailable; %s the whole batch again is safe"
+	msgPartlyDone      = "%d of %d not %s: %s; %s the whole batch again is safe"
 	msgShuttingDown    = "server is shutting down, try again"
 	msgRequestCanceled = "request canceled"
 	msgTooManyHeldPops = "too many held pops on this server (max_held_pops = %d), try again or another server"
@@ -130,6 +131,15 @@ func failWithData(w http.ResponseWriter, r *http.Request, message string, data a
 	writeEnvelope(w, r, http.StatusOK, wire.CodeFailure, message, data)
 }
 
+// partFailure is why some items of a batch were not handled, as the
+// batch's message says it, and the message of each such item.
+func partFailure(err error) (reason, itemMessage string) {
+	if errors.Is(err, delayqueue.ErrRedisFull) {
+		return "part of redis is out of memory (maxmemory)", msgRedisFull
+	}
+	return "part of redis is unavailable", msgRedisUnavailable
+}
+
 // failureAttrs are the attributes failQueue logs a failure with. They are
 // built only for the failures it logs: the refusals and the overload it
 // answers per request are not.
@@ -163,6 +173,10 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 	case errors.Is(err, delayqueue.ErrUnavailable):
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", failureAttrs(r, op, err)...)
 		fail(w, r, msgRedisUnavailable)
+	case errors.Is(err, delayqueue.ErrRedisFull):
+		// An operator must act: at error level, as Redis' own words.
+		h.logger.LogAttrs(ctx, slog.LevelError, "redis is out of memory", failureAttrs(r, op, err)...)
+		fail(w, r, msgRedisFull)
 	case errors.Is(err, delayqueue.ErrInvalidJob):
 		// The engine's own validation; its message says what is wrong.
 		fail(w, r, err.Error())

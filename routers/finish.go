@@ -205,6 +205,7 @@ func (h *handler) partlyRemoved(w http.ResponseWriter, r *http.Request, ids []st
 	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "batch "+doing+" partly done", slog.String(logKeyErr, err.Error()))
 	outcomes := make([]wire.BatchResult, len(ids))
 	failed := 0
+	reason, itemMessage := partFailure(err)
 	for i, s := range statuses {
 		outcomes[i] = wire.BatchResult{Index: i, ID: ids[i]}
 		switch s {
@@ -213,13 +214,13 @@ func (h *handler) partlyRemoved(w http.ResponseWriter, r *http.Request, ids []st
 		case delayqueue.RemoveDead:
 			outcomes[i].Status = wire.StateDead
 		case delayqueue.RemoveFailed:
-			outcomes[i].Status, outcomes[i].Message = wire.StatusFailed, msgRedisUnavailable
+			outcomes[i].Status, outcomes[i].Message = wire.StatusFailed, itemMessage
 			failed++
 		default:
 			outcomes[i].Status = wire.StatusUnknown
 		}
 	}
-	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(ids), done, doing), outcomes)
+	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(ids), done, reason, doing), outcomes)
 }
 
 // areDeadLettered is the message of a batch finish that met n dead jobs.

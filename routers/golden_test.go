@@ -84,6 +84,10 @@ func goldenCases() []goldenCase {
 			opErr: map[string]error{"pushBatch": delayqueue.ErrPartial},
 			pushResults: []delayqueue.PushResult{
 				{Status: delayqueue.PushCreated}, {Status: delayqueue.PushFailed}, {Status: delayqueue.PushReplaced}}}},
+		{name: "push-batch-partial-full", path: "/push", body: batch, queue: &fakeQueue{
+			opErr: map[string]error{"pushBatch": fmt.Errorf("%w: %w", delayqueue.ErrPartial, delayqueue.ErrRedisFull)},
+			pushResults: []delayqueue.PushResult{
+				{Status: delayqueue.PushCreated}, {Status: delayqueue.PushFailed, Err: delayqueue.ErrRedisFull}, {Status: delayqueue.PushReplaced}}}},
 
 		{name: "pop", path: "/pop", body: `{"topic":"mail","timeout":0}`, queue: &fakeQueue{delivery: delivery}},
 		{name: "pop-escaped", path: "/pop", body: `{"topic":"mail","timeout":0}`, queue: &fakeQueue{delivery: escaped}},
@@ -104,6 +108,9 @@ func goldenCases() []goldenCase {
 		{name: "delete-ids", path: "/delete", body: `{"ids":["a","b","c"]}`, queue: &fakeQueue{deleted: 2}},
 		{name: "delete-ids-partial", path: "/delete", body: `{"ids":["a","b","c"]}`, queue: &fakeQueue{
 			opErr:    map[string]error{"deleteBatch": delayqueue.ErrPartial},
+			statuses: []delayqueue.RemoveStatus{delayqueue.Removed, delayqueue.RemoveFailed, delayqueue.RemoveUnknown}}},
+		{name: "delete-ids-partial-full", path: "/delete", body: `{"ids":["a","b","c"]}`, queue: &fakeQueue{
+			opErr:    map[string]error{"deleteBatch": fmt.Errorf("%w: %w", delayqueue.ErrPartial, delayqueue.ErrRedisFull)},
 			statuses: []delayqueue.RemoveStatus{delayqueue.Removed, delayqueue.RemoveFailed, delayqueue.RemoveUnknown}}},
 
 		{name: "get-unknown", path: "/get", body: `{"id":"j1"}`, queue: &fakeQueue{}},

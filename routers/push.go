@@ -335,10 +335,15 @@ func (h *handler) partlyPushed(w http.ResponseWriter, r *http.Request, jobs []de
 		outcomes[i] = wire.BatchResult{Index: i, ID: jobs[i].ID, Status: pushStatusName(result.Status)}
 		if result.Status == delayqueue.PushFailed {
 			failed++
-			outcomes[i].Message = msgRedisUnavailable
+			why := err
+			if result.Err != nil {
+				why = result.Err
+			}
+			_, outcomes[i].Message = partFailure(why)
 		}
 	}
-	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(jobs), "stored", "pushing"), outcomes)
+	reason, _ := partFailure(err)
+	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(jobs), "stored", reason, "pushing"), outcomes)
 }
 
 // decodeCallback reads the "callback" object of a webhook job: url,

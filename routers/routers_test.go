@@ -210,6 +210,8 @@ func TestQueueErrors(t *testing.T) {
 			"not confirmed by enough redis replicas (wait_replicas), try again"},
 		{"not replicated and unavailable", fmt.Errorf("%w: %w", delayqueue.ErrUnavailable, delayqueue.ErrNotReplicated),
 			"not confirmed by enough redis replicas (wait_replicas), try again"},
+		{"redis out of memory", fmt.Errorf("push x: %w: OOM command not allowed when used memory > 'maxmemory'.", delayqueue.ErrRedisFull),
+			"redis is out of memory (maxmemory), try again later"},
 	}
 	for _, req := range validRequests() {
 		for _, tc := range tests {

@@ -291,7 +291,7 @@ func (p *filePusher) printSummary(a *app, lines int, elapsed time.Duration) erro
 		fmt.Fprintf(a.stdout, "... and %d more failed lines\n", more)
 	}
 	if n := p.summary.NotStored; n > 0 {
-		fmt.Fprintf(a.stdout, "not stored because part of Redis was unavailable: %d lines; pushing the same file again is safe "+
+		fmt.Fprintf(a.stdout, "not stored because part of Redis was unavailable or out of memory: %d lines; pushing the same file again is safe "+
 			"(jobs already stored are replaced, or left alone with if_absent)\n", n)
 	}
 	return nil

@@ -261,7 +261,7 @@ func TestPushFilePartlyStored(t *testing.T) {
 		"line 2 (id x2): redis unavailable, try again",
 		"line 4: malformed JSON",
 		"line 5 (id x5): redis unavailable, try again",
-		"not stored because part of Redis was unavailable: 2 lines; pushing the same file again is safe")
+		"not stored because part of Redis was unavailable or out of memory: 2 lines; pushing the same file again is safe")
 	if strings.Contains(r.stdout, "id a1") || strings.Contains(r.stdout, "id a3") {
 		t.Errorf("a stored job is reported as failed:\n%s", r.stdout)
 	}

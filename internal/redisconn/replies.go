@@ -69,6 +69,18 @@ func IsTransientReply(err error) bool {
 	return false
 }
 
+// IsOutOfMemoryReply reports whether err is Redis refusing a write because
+// its memory is full (maxmemory with the noeviction policy): an OOM reply,
+// or, from a script on Redis 6, an ERR reply that carries the OOM of the
+// command the script ran.
+func IsOutOfMemoryReply(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	return replyCode(err) == "OOM" || strings.Contains(string(reply), "-OOM ")
+}
+
 // refusedUnrun reports whether err is a reply that Redis gives before
 // running a command, so the command had no effect: the redirects, NOSCRIPT
 // (EVALSHA of an unknown script, which redigo's Script follows with EVAL),

@@ -86,6 +86,29 @@ func TestReplyClassification(t *testing.T) {
 
 func fmtWrap(err error) error { return errors.Join(errors.New("script"), err) }
 
+// Redis out of memory: the reply itself on Redis 7 and Valkey (from a
+// script too), inside the script's ERR on Redis 6.
+func TestIsOutOfMemoryReply(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{redis.Error("OOM command not allowed when used memory > 'maxmemory'."), true},
+		{fmtWrap(redis.Error("OOM command not allowed when used memory > 'maxmemory'. script: 1b8a, on @user_script:630.")), true},
+		{redis.Error("ERR Error running script (call to f_1b8a): @user_script:630: @user_script: 630: -OOM command not allowed when used memory > 'maxmemory'."), true},
+		{redis.Error("ERR unknown command 'OOM'"), false},
+		{redis.Error("NOPERM this user has no permissions to run the 'hset' command"), false},
+		{errors.New("OOM command not allowed"), false}, // not a Redis reply
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := IsOutOfMemoryReply(tt.err); got != tt.want {
+			t.Errorf("IsOutOfMemoryReply(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
 func TestParseRedirect(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
