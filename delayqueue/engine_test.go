@@ -543,15 +543,9 @@ func TestBurstIsMovedInBatches(t *testing.T) {
 
 func TestInvalidJobs(t *testing.T) {
 	t.Parallel()
-	rdb, err := redisconn.New(testRedisOptions("127.0.0.1:1"), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	q, err := New(rdb, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// No Redis there: the jobs are refused before any call.
+	rdb := newClient(t, testRedisOptions("127.0.0.1:1"), nil)
+	q := newQueue(t, rdb, Options{BucketSize: 1, BucketName: "b%d", QueueName: "q%s"}, nil)
 	for _, job := range []Job{
 		{Topic: "", ID: "x", TTR: time.Second},
 		{Topic: "t", ID: "", TTR: time.Second},

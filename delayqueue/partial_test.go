@@ -268,14 +268,11 @@ func TestPopReadsPartitionsOncePerServer(t *testing.T) {
 		logger := redistest.Logger(t)
 		rdb := r.client(t)
 		counted := &countingRedis{Client: rdb}
-		q, err := New(counted, r.queueOptions(Options{BucketSize: 12, BucketName: "dq_bucket_%d",
-			QueueName: "dq_queue_%s", BlockTimeout: time.Second, Cluster: rdb.Cluster()}), logger)
-		if err != nil {
-			t.Fatal(err)
-		}
+		q := newQueue(t, counted, r.queueOptions(Options{BucketSize: 12, BucketName: "dq_bucket_%d",
+			QueueName: "dq_queue_%s", BlockTimeout: time.Second}), logger)
 		ctx := context.Background()
 		holder := q.partitions[7]
-		err = rdb.Do(ctx, holder.key(), func(c redis.Conn) error {
+		err := rdb.Do(ctx, holder.key(), func(c redis.Conn) error {
 			_, err := c.Do("ZADD", holder.keyAt(keyReady), 0, "rp-topic,0000000000000001,some-id")
 			return err
 		})

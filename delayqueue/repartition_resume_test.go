@@ -114,19 +114,13 @@ func TestRepartitionCutShortResumes(t *testing.T) {
 
 		// A first run cut short: one job copied into its new partition,
 		// but not removed from its old one.
-		opts.Cluster = rdb.Cluster()
+		opts.Cluster = rdb.Cluster() // for Repartition below; newQueue sets its own
 		to5 := opts
 		to5.BucketSize = 5
 		from3 := opts
 		from3.BucketSize = 3
-		to, err := New(rdb, to5, redistest.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		from, err := New(rdb, from3, redistest.Logger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
+		to := newQueue(t, rdb, to5, redistest.Logger(t))
+		from := newQueue(t, rdb, from3, redistest.Logger(t))
 		var copied string
 		for _, id := range ids[StateDelay] {
 			if src, dst := from.partitionOf(id), to.partitionOf(id); src.tag != dst.tag {
