@@ -66,7 +66,8 @@ var (
 	ErrNotReplicated = errors.New("change not acknowledged by enough redis replicas")
 	// ErrRedisFull reports a change Redis refused because its memory is
 	// full (maxmemory, with the noeviction policy): the client may retry
-	// once memory is freed or raised.
+	// once memory is freed or raised. Redis refuses a script for lack of
+	// memory only before its first write, so the call changed nothing.
 	ErrRedisFull = errors.New("redis is out of memory")
 	// ErrTooManyWaiters reports a Pop refused because the process already
 	// holds its maximum of waiting Pops.
