@@ -588,18 +588,26 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 }
 
 // On a cluster WAIT goes to the primary that took the change; the shared
-// cluster has no replicas. (miniredis has no WAIT.)
+// cluster has no replicas. (miniredis has no WAIT.) Redis answered such a
+// push: it is no Redis outage, neither logged nor counted as one.
 func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 	t.Parallel()
 	forEachRealBackend(t, func(t *testing.T, r *testRedis) {
-		q := newTestQueue(t, r, func(o *Options) {
-			o.WaitReplicas = 1
-			o.WaitTimeout = 50 * time.Millisecond
-		})
+		logs := newRecordedLog(t)
+		obs := &recordingObserver{counts: map[string]int{}}
+		q := startQueue(t, r.opts, r.queueOptions(Options{BucketSize: 3, BucketName: "dq_bucket_%d",
+			QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second, WaitReplicas: 1,
+			WaitTimeout: 50 * time.Millisecond, Observer: obs}), slog.New(logs))
 		// No replica is attached: the push is made but cannot be acknowledged.
 		_, err := q.Push(context.Background(), Job{Topic: "w", ID: "w1", TTR: time.Second})
-		if !errors.Is(err, ErrNotReplicated) {
+		if !errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrUnavailable) {
 			t.Fatalf("push without a replica: %v, want ErrNotReplicated", err)
+		}
+		if n := obs.get("redis-error/"); n != 0 {
+			t.Errorf("redis errors counted: %d, want 0", n)
+		}
+		for _, line := range logs.lines(slog.LevelError) {
+			t.Errorf("logged at error level: %s", line)
 		}
 	})
 }

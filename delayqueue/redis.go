@@ -49,8 +49,14 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 		}
 		return err
 	}
+	if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) {
+		// Redis answered: the call was refused, or made and not copied to
+		// enough replicas in time (WAIT). Neither is an outage.
+		q.noteRedis(nil)
+		return err
+	}
 	q.noteRedis(err)
-	if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
