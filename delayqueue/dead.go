@@ -195,7 +195,7 @@ func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
 
 // sweepDeadLetters enforces the dead letters' time to live on every
 // partition, now and then, so old dead letters go even when no new job
-// dies.
+// dies (see sweepRound).
 func (q *Queue) sweepDeadLetters(ctx context.Context) {
 	health := q.health.start(LoopDeadSweeper)
 	defer health.stop()
@@ -207,19 +207,32 @@ func (q *Queue) sweepDeadLetters(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		var failure error
-		script := ""
-		for _, p := range q.partitions {
-			if s, err := q.sweepPartition(ctx, p); err != nil && failure == nil {
-				failure, script = err, s
-			}
-		}
-		if failure != nil {
-			health.failed(script, failure)
+		if script, err := q.sweepRound(ctx); err != nil {
+			health.failed(script, err)
 			continue
 		}
 		health.ok()
 	}
+}
+
+// sweepRound trims every partition's dead letters, then writes the layout
+// record back if Redis lost it (a restart without persistence, a FLUSHDB):
+// the jobs stored since carry this server's partition count, and a server
+// started with another bucket_size must be refused, not let misroute them.
+// A record with another count is an error. On failure it names the script
+// or command that failed first.
+func (q *Queue) sweepRound(ctx context.Context) (string, error) {
+	var failure error
+	script := ""
+	for _, p := range q.partitions {
+		if s, err := q.sweepPartition(ctx, p); err != nil && failure == nil {
+			failure, script = err, s
+		}
+	}
+	if err := q.recordLayout(ctx); err != nil && failure == nil {
+		failure, script = err, "HSETNX"
+	}
+	return script, failure
 }
 
 // sweepPartition trims the dead letters of every topic of p that has some.

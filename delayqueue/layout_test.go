@@ -3,11 +3,14 @@ package delayqueue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 // v1Fixture is testdata/layout-v1.json: the keys this server's layout
@@ -171,6 +174,49 @@ func TestMigrateV1Layout(t *testing.T) {
 		}
 		if l, found, err := ReadLayout(ctx, q.rdb, "dq_"); err != nil || !found || l.Partitions != 3 {
 			t.Errorf("layout record = %+v, %v, %v", l, found, err)
+		}
+	})
+}
+
+// A layout record Redis lost while a server runs (a restart without
+// persistence, a FLUSHDB) is written back by the server's next sweeper
+// round, so that a server started later with another bucket_size is
+// refused rather than let misroute the jobs stored since. A record that
+// meanwhile says another count is reported as the round's error.
+func TestLostLayoutRecordIsWrittenBack(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		ctx := context.Background()
+		q := newTestQueue(t, r) // 3 partitions
+		rdb := r.client(t)
+		key := q.keys.layout()
+		do := func(args ...any) {
+			t.Helper()
+			if err := rdb.Do(ctx, key, func(c redis.Conn) error {
+				_, err := c.Do(args[0].(string), args[1:]...)
+				return err
+			}); err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+		}
+		do("DEL", key)
+		mustPush(t, q, Job{Topic: "lay", ID: "after-the-loss", Delay: time.Hour})
+		if _, found, err := ReadLayout(ctx, rdb, q.keys.prefix); err != nil || found {
+			t.Fatalf("layout record after DEL: found %v, %v", found, err)
+		}
+		if script, err := q.sweepRound(ctx); err != nil {
+			t.Fatalf("sweeper round: %s: %v", script, err)
+		}
+		if _, err := ResolvePartitions(ctx, rdb, q.keys.prefix, 5, 3); !errors.Is(err, ErrLayout) {
+			t.Fatalf("bucket_size 5 after the record was written back: %v, want ErrLayout", err)
+		}
+		if n, err := ResolvePartitions(ctx, rdb, q.keys.prefix, 0, 7); err != nil || n != 3 {
+			t.Fatalf("unset bucket_size resolved to %d, %v; want the server's 3", n, err)
+		}
+
+		do("HSET", key, "partitions", 5)
+		if script, err := q.sweepRound(ctx); !errors.Is(err, ErrLayout) || script != "HSETNX" {
+			t.Fatalf("round with a record of 5 partitions: %s, %v; want HSETNX, ErrLayout", script, err)
 		}
 	})
 }
