@@ -49,9 +49,9 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 		}
 		return err
 	}
-	if errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrNotReplicated) {
-		// Redis answered: the call was refused, or made and not copied to
-		// enough replicas in time (WAIT). Neither is an outage.
+	if errors.Is(err, ErrNotReplicated) {
+		// Redis answered: the change was made, and not copied to enough
+		// replicas in time (WAIT). That is no outage.
 		q.noteRedis(nil)
 		return err
 	}

@@ -100,6 +100,27 @@ func TestMoveDueRefusedHalfWayLosesNoJob(t *testing.T) {
 	}
 }
 
+// queueOnOwnServer runs a queue of one partition on a redis-server of its
+// own, and returns it with a function that sets the server's maxmemory
+// ("1": every write that needs memory is refused; "0": no limit).
+func queueOnOwnServer(t *testing.T) (*Queue, func(bytes string)) {
+	t.Helper()
+	srv := redistest.Start(t)
+	q := startQueue(t, testRedisOptions(srv.Addr), Options{BucketSize: 1, BucketName: "dq_bucket_%d",
+		QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second}, redistest.Logger(t))
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return q, func(bytes string) {
+		t.Helper()
+		if _, err := admin.Do("CONFIG", "SET", "maxmemory", bytes); err != nil {
+			t.Fatalf("CONFIG SET maxmemory %s: %v", bytes, err)
+		}
+	}
+}
+
 // Redis out of memory (maxmemory with the noeviction policy) refuses a
 // push with an error that says so (ErrRedisFull), not a bare script error;
 // nothing is stored and the jobs already there are intact; once memory is
@@ -107,22 +128,9 @@ func TestMoveDueRefusedHalfWayLosesNoJob(t *testing.T) {
 // the test sets.
 func TestPushRefusedWhileRedisIsOutOfMemory(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	q := startQueue(t, testRedisOptions(srv.Addr), Options{BucketSize: 1, BucketName: "dq_bucket_%d",
-		QueueName: "dq_queue_%s", BlockTimeout: 30 * time.Second}, redistest.Logger(t))
+	q, setMaxMemory := queueOnOwnServer(t)
 	mustPush(t, q, Job{Topic: "oom", ID: "kept", Delay: time.Hour})
 
-	admin, err := redis.Dial("tcp", srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	setMaxMemory := func(bytes string) {
-		t.Helper()
-		if _, err := admin.Do("CONFIG", "SET", "maxmemory", bytes); err != nil {
-			t.Fatalf("CONFIG SET maxmemory %s: %v", bytes, err)
-		}
-	}
 	setMaxMemory("1") // every write that needs memory is refused
 	ctx := context.Background()
 	job := Job{Topic: "oom", ID: "new", TTR: 30 * time.Second, Body: "b"}
@@ -143,5 +151,27 @@ func TestPushRefusedWhileRedisIsOutOfMemory(t *testing.T) {
 	mustPush(t, q, job)
 	if d := mustPop(t, q, 0, "oom"); d == nil || d.ID != "new" {
 		t.Fatalf("pop after memory was raised = %+v, want new", d)
+	}
+}
+
+// A pop's lease is a write too: a full Redis refuses the claim with
+// ErrRedisFull, and the job stays ready with no delivery counted; once
+// memory is raised, the next pop gets it at its first attempt.
+func TestPopRefusedWhileRedisIsOutOfMemory(t *testing.T) {
+	t.Parallel()
+	q, setMaxMemory := queueOnOwnServer(t)
+	mustPush(t, q, Job{Topic: "oom", ID: "ready"})
+
+	setMaxMemory("1")
+	ctx := context.Background()
+	if d, err := q.Pop(ctx, []string{"oom"}, 0); d != nil || !errors.Is(err, ErrRedisFull) {
+		t.Fatalf("pop while Redis is full = %+v, %v; want nil, ErrRedisFull", d, err)
+	}
+	setMaxMemory("0")
+	if info, err := q.Get(ctx, "ready"); err != nil || info == nil || info.State != StateReady || info.Attempts != 0 {
+		t.Fatalf("job after the refused claim: %+v, %v; want it ready with no delivery counted", info, err)
+	}
+	if d := mustPop(t, q, 0, "oom"); d == nil || d.ID != "ready" || d.Attempts != 1 {
+		t.Fatalf("pop after memory was raised = %+v, want ready at its first attempt", d)
 	}
 }

@@ -335,11 +335,7 @@ func (h *handler) partlyPushed(w http.ResponseWriter, r *http.Request, jobs []de
 		outcomes[i] = wire.BatchResult{Index: i, ID: jobs[i].ID, Status: pushStatusName(result.Status)}
 		if result.Status == delayqueue.PushFailed {
 			failed++
-			why := err
-			if result.Err != nil {
-				why = result.Err
-			}
-			_, outcomes[i].Message = partFailure(why)
+			_, outcomes[i].Message = partFailure(result.Err)
 		}
 	}
 	reason, _ := partFailure(err)
