@@ -17,7 +17,13 @@ import (
 // Changing bucket_size on data that holds jobs would send ids to other
 // partitions than theirs, so a server refuses to start with another count
 // (Repartition changes it, offline).
-const layoutVersion = 2
+//
+// Version 3 added job records with flag 4, whose due entries the scanner
+// moves to ready without rewriting the record (scripts/lib.lua): a release
+// that knows only version 2 would drop such jobs' ready entries. Version 2
+// data needs no migration, since the scripts read both forms; a server
+// raises the recorded version, and refuses data of a newer one.
+const layoutVersion = 3
 
 // ErrLayout reports data laid out differently from the configuration.
 var ErrLayout = errors.New("layout mismatch")
@@ -84,12 +90,13 @@ func ResolvePartitions(ctx context.Context, rdb Redis, keyPrefix string, configu
 	return fallback, nil
 }
 
-// recordLayout writes the layout record, unless one is there: a record
-// with another count (a server started meanwhile with another
-// bucket_size) is an error.
+// recordLayout writes the layout record, unless one is there, and raises
+// its version to this release's: a record with another count (a server
+// started meanwhile with another bucket_size), or of a newer version, is
+// an error.
 func (q *Queue) recordLayout(ctx context.Context) error {
 	key := q.keys.layout()
-	var recorded int
+	var recorded, version int
 	err := q.withConn(ctx, key, func(c redis.Conn) error {
 		if _, err := c.Do("HSETNX", key, "partitions", len(q.partitions)); err != nil {
 			return err
@@ -97,8 +104,14 @@ func (q *Queue) recordLayout(ctx context.Context) error {
 		if _, err := c.Do("HSETNX", key, "version", layoutVersion); err != nil {
 			return err
 		}
-		var err error
-		recorded, err = redis.Int(c.Do("HGET", key, "partitions"))
+		values, err := redis.Ints(c.Do("HMGET", key, "partitions", "version"))
+		if err != nil {
+			return err
+		}
+		recorded, version = values[0], values[1]
+		if version < layoutVersion {
+			_, err = c.Do("HSET", key, "version", layoutVersion)
+		}
 		return err
 	})
 	if err != nil {
@@ -106,6 +119,10 @@ func (q *Queue) recordLayout(ctx context.Context) error {
 	}
 	if recorded != len(q.partitions) {
 		return fmt.Errorf("%w: this server uses %d partitions, but %s says %d", ErrLayout, len(q.partitions), key, recorded)
+	}
+	if version > layoutVersion {
+		return fmt.Errorf("%w: %s says the data is of layout version %d, written by a newer release of delay-queue; this one reads up to version %d: run the newer release",
+			ErrLayout, key, version, layoutVersion)
 	}
 	return nil
 }

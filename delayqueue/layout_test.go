@@ -220,3 +220,42 @@ func TestLostLayoutRecordIsWrittenBack(t *testing.T) {
 		}
 	})
 }
+
+// A record of version 2 (jobs of the earlier record form, which this
+// release reads as they are) is raised to this release's version; a
+// record of a newer version is refused.
+func TestLayoutVersionIsRaisedAndANewerOneRefused(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		ctx := context.Background()
+		q := newTestQueue(t, r)
+		rdb := r.client(t)
+		key := q.keys.layout()
+		for _, c := range []struct {
+			recorded, want int
+			refused        bool
+		}{
+			{recorded: 2, want: layoutVersion},
+			{recorded: layoutVersion, want: layoutVersion},
+			{recorded: layoutVersion + 1, want: layoutVersion + 1, refused: true},
+		} {
+			if err := rdb.Do(ctx, key, func(c2 redis.Conn) error {
+				_, err := c2.Do("HSET", key, "version", c.recorded)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := q.sweepRound(ctx)
+			if c.refused != errors.Is(err, ErrLayout) {
+				t.Fatalf("round with version %d: %v, want refused %v", c.recorded, err, c.refused)
+			}
+			if c.refused && !strings.Contains(err.Error(), "newer release") {
+				t.Fatalf("round with version %d: %v, want it to name a newer release", c.recorded, err)
+			}
+			layout, found, err := ReadLayout(ctx, rdb, q.keys.prefix)
+			if err != nil || !found || layout.Version != c.want || layout.Partitions != 3 {
+				t.Fatalf("after a round with version %d: %+v, %v, %v; want version %d", c.recorded, layout, found, err, c.want)
+			}
+		}
+	})
+}

@@ -57,13 +57,14 @@ func TestClaimRefusedHalfWayLosesNoJob(t *testing.T) {
 
 // A move of due jobs that Redis refuses half-way loses no job either: the
 // job stays delayed and findable by the scanner (its timer kept), or it is
-// ready. Denying HSET stops movedue.lua before the record is written;
-// denying ZREM stops it after. The job is pushed by a queue stopped before
+// ready. Denying ZADD stops movedue.lua before it writes anything (the
+// job's ready entry comes first); denying ZREM stops it after that, before
+// the delayed entry goes. The job is pushed by a queue stopped before
 // it is due, the refused move runs alone, and then a queue of the full
 // user must deliver it.
 func TestMoveDueRefusedHalfWayLosesNoJob(t *testing.T) {
 	t.Parallel()
-	for _, denied := range []string{"hset", "zrem"} {
+	for _, denied := range []string{"zadd", "zrem"} {
 		t.Run(denied, func(t *testing.T) {
 			t.Parallel()
 			addr, ro := serverDenying(t, denied)

@@ -22,7 +22,10 @@ import (
 // lists the jobs missing from the index of their state, and the index
 // entries no job explains. (It reads the record's head, described in
 // delayqueue/scripts/lib.lua: state,attempts,due,pos,flags,#topic,
-// #extra: then the topic; flags is odd when the job has a callback.)
+// #extra: then the topic; flags is odd when the job has a callback, and 4
+// or more when its delay and ready entries end the position with "~": the
+// record of such a job says delay until it is claimed, while the scanner
+// may have moved its entry to ready.)
 const procTruthScript = `
 local truth, counters, problems = {}, {}, {}
 for _, jobs in ipairs(redis.call('KEYS', '{*}dq_jobs')) do
@@ -36,10 +39,17 @@ for _, jobs in ipairs(redis.call('KEYS', '{*}dq_jobs')) do
   local h = redis.call('HGETALL', jobs)
   for i = 1, #h, 2 do
     local id, rec = h[i], h[i + 1]
-    local s, x, flags, tl, at = string.match(rec, '^(%a+),%d+,%d+,(%d+),(%d+),(%d+),%d+:()')
+    local s, x, flags, tl, at = string.match(rec, '^(%a+),%d+,%d+,([%d.]+),(%d+),(%d+),%d+:()')
     local topic = string.sub(rec, at, at + tonumber(tl) - 1)
+    local sep = ','
+    if tonumber(flags) >= 4 and (s == 'delay' or s == 'ready') then
+      sep = '~,'
+      if s == 'delay' and entries['ready ' .. topic .. ',' .. x .. sep .. id] then
+        s = 'ready'
+      end
+    end
     truth[#truth + 1] = topic .. '/' .. s
-    local index, m = ({ready = 'ready', delay = 'delayed', reserved = 'reserved', dead = 'dead'})[s], topic .. ',' .. x .. ',' .. id
+    local index, m = ({ready = 'ready', delay = 'delayed', reserved = 'reserved', dead = 'dead'})[s], topic .. ',' .. x .. sep .. id
     if s == 'ready' and tonumber(flags) % 2 == 1 then
       index, m = 'hooks', x .. ',' .. id
     end

@@ -11,6 +11,9 @@
 -- Reply: {now ms, then per request: jobs claimed m, and 5 values per job:
 -- id, topic, ttr, attempts, body}.
 local now = clock()
+-- Every job this call reads it found in ready: a record with flag 4 that
+-- says delay is ready (the scanner moved its entry), no ZSCORE needed.
+settle_reads = false
 -- The records changed in place keep their index changes and counts here,
 -- handed to flush once per call (move_entries), not through enter_as and leave_as
 -- per job (most of a small claim's cost): ready_out, the ready entries they
@@ -20,16 +23,18 @@ local ready_out, reserved_in, moved = {}, {}, {}
 
 -- reserve leases the job id, ready at member m of topic, and returns its
 -- ttr, attempts and body (nil when no ready job matches the entry). A
--- record with no extra part is changed in place, without decoding it.
+-- record with no extra part is changed in place, without decoding it. A
+-- record with flag 4 may say delay: its entry was moved to ready as it is.
 local function reserve(id, m, topic)
   local raw = get_raw(id)
   if raw then
     local s, a, d, x, f, tl, xl, at = string.match(raw, HEAD)
-    if s ~= 'ready' or xl ~= '0' or topic .. ',' .. x .. ',' .. id ~= m or string.sub(raw, at, at + tl - 1) ~= topic then
-      if s ~= 'ready' or string.sub(raw, at, at + tl - 1) ~= topic then
-        return nil
-      end
-      raw = nil -- an extra part: the decoded way below
+    local marked = f >= '4'
+    if not (s == 'ready' or marked and s == 'delay') or string.sub(raw, at, at + tl - 1) ~= topic then
+      return nil
+    end
+    if xl ~= '0' or topic .. ',' .. x .. (marked and '~,' or ',') .. id ~= m then
+      raw = nil -- an extra part, or another entry: the decoded way below
     else
       local tail = string.sub(raw, at + tl)
       local ttr, rl, cl, bl, bat = string.match(tail, '^(%d+),%d+,%d+,(%d+),(%d+),(%-?%d+):()')
@@ -50,10 +55,10 @@ local function reserve(id, m, topic)
           c[2] = lease_ms
         end
       end
-      -- The extra part keeps the ready position (16 digits, so 25 bytes).
-      put(id, record('reserved', int(a), d, lease, f, topic, x .. ',0,0,0,0:', tail, tl, #x == 16 and '25' or nil))
+      -- The extra part keeps the ready position.
+      put(id, record('reserved', int(a), d, lease, f, topic, x .. ',0,0,0,0:', tail, tl, #x + 9))
       local body
-      if f == '2' or f == '3' then
+      if f == '2' or f == '3' or f == '6' then
         body = redis.call('HGET', KEYS[9], id) or ''
       else
         body = string.sub(tail, bat + rl + cl)
@@ -62,9 +67,17 @@ local function reserve(id, m, topic)
     end
   end
   local job = get(id)
-  if not job or job.s ~= 'ready' or member(id, job) ~= m then
+  if not job then
     return nil
   end
+  local s = job.s
+  if s == 'delay' and job.f >= 4 then
+    s = 'ready'
+  end
+  if s ~= 'ready' or member_for(id, s, job.x, job.topic, job.f) ~= m then
+    return nil
+  end
+  job.s = s
   local ttr = tonumber(tail(job).r)
   extra(job).q = job.x
   move(id, job, 'reserved', time13(now + ttr * 1000))

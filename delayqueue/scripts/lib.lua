@@ -18,7 +18,10 @@
 --   1 jobs      HASH id -> the job's record (see decode)
 --   2 ready     ZSET, every score 0, members "topic,<position>,id": jobs to
 --               pop, per topic in the order they became ready
---   3 delayed   ZSET (scores 0) "topic,<due ms>,id"
+--   3 delayed   ZSET (scores 0) "topic,<due ms>,id"; a job with flag 4
+--               (see the record) has "topic,<due ms>~,id" here and
+--               "topic,<position>~,id" in ready, so that the scanner moves
+--               its due entry to ready as it is, without its record
 --   4 reserved  ZSET (scores 0) "topic,<lease end ms>,id"
 --   5 dead      ZSET (scores 0) "topic,<death ms>,id"
 --   6 hooks     ZSET (scores 0) "<position>,id": ready jobs with a callback,
@@ -34,8 +37,11 @@
 --   10 hookwake LIST of tokens that wake the webhook dispatchers
 --   11.. the wake-up lists of the topics named in the ARGV header: LISTs of
 --               tokens that wake this partition's held pops of the topic
--- Times are zero-padded to 13 digits and positions to 16, so that the
--- members of a topic sort by them. A topic holds no comma (push refuses
+-- Times are zero-padded to 13 digits, so that the members of a topic sort
+-- by them. A ready position is the time the job became ready: its due
+-- time, or now followed by "." and a sequence number (16 digits) that
+-- keeps the jobs made ready in one ms in order; positions written before
+-- this form are 16-digit sequence numbers, which sort first. A topic holds no comma (push refuses
 -- one), so "topic," starts exactly the members of that topic.
 --
 -- Every script receives the same ARGV header; its own arguments start at
@@ -88,7 +94,11 @@ end
 -- state is delay|ready|reserved|dead; due the time the job was or will be
 -- ready (ms); pos its place in its state's index (due, ready position,
 -- lease end or death time); flags 1 when it has a callback (its JSON in
--- callback), plus 2 when its body is in BODIES (#body is -1 then); ttr in
+-- callback), plus 2 when its body is in BODIES (#body is -1 then), plus 4
+-- when its delay and ready entries end their position with "~" (every job
+-- without a callback since this form; see KEYS[3]): such a record may
+-- still say delay after the scanner moved its entry to ready, and settle
+-- tells the two apart; ttr in
 -- seconds; created ms; max its max attempts (0 none given); retry the
 -- schedule, comma-separated seconds. extra holds what only some jobs have:
 -- the ready position a reserved job came from (to give it back in place),
@@ -101,7 +111,7 @@ end
 -- The hot paths (claim, finish, delete, push) read and write records
 -- without decoding them into a table, which costs more than the rest of
 -- their work: HEAD matches a record's head, and record builds one.
-local HEAD = '^(%a+),(%d+),(%d+),(%d+),(%d),(%d+),(%d+):()'
+local HEAD = '^(%a+),(%d+),(%d+),([%d.]+),(%d),(%d+),(%d+):()'
 
 -- (tl and xl, the lengths of topic and extra as text, save printing them
 -- when the caller has them.)
@@ -130,7 +140,7 @@ local function has_callback(job)
 end
 
 local function separate_body(job)
-  return job.f >= 2
+  return job.f % 4 >= 2
 end
 
 -- tail adds the tail's fields to a decoded job: r, c, m, retry, cb and
@@ -163,7 +173,7 @@ local function extra(job)
     job.q, job.dt, job.ls, job.dr, job.le, job.lb = '0', '0', '0', '', '', ''
     return job
   end
-  local q, dt, ls, drl, lel, at = string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+):()')
+  local q, dt, ls, drl, lel, at = string.match(raw, '^([%d.]+),(%d+),(%d+),(%d+),(%d+):()')
   drl, lel = tonumber(drl), tonumber(lel)
   job.q, job.dt, job.ls = q, dt, ls
   job.dr = string.sub(raw, at, at + drl - 1)
@@ -219,6 +229,9 @@ end
 local function member_for(id, s, x, topic, f)
   if s == 'ready' and f % 2 == 1 then
     return x .. ',' .. id
+  end
+  if f >= 4 and (s == 'delay' or s == 'ready') then
+    return topic .. ',' .. x .. '~,' .. id
   end
   return topic .. ',' .. x .. ',' .. id
 end
@@ -291,12 +304,29 @@ local function pending(name)
   return m
 end
 
+-- settle returns a record as the call reads it: one with flag 4 that says
+-- delay while its entry is in ready already (the scanner moved the entry
+-- as it is, see KEYS[3]) reads as ready, its due time its position. That
+-- costs a ZSCORE per such record; claim.lua, which reads only jobs whose
+-- entries it found in ready, turns it off (settle_reads).
+local settle_reads = true
+local function settle(id, raw)
+  if not raw or not settle_reads or string.sub(raw, 1, 6) ~= 'delay,' then
+    return raw
+  end
+  local _, _, _, x, f, tl, _, at = string.match(raw, HEAD)
+  if f and f >= '4' and redis.call('ZSCORE', KEYS[2], string.sub(raw, at, at + tl - 1) .. ',' .. x .. '~,' .. id) then
+    return 'ready' .. string.sub(raw, 6)
+  end
+  return raw
+end
+
 -- get_raw returns a job's record as a string, or nil when it has none,
 -- or false when the call holds it decoded (then use get).
 local function get_raw(id)
   local job = cache[id]
   if job == nil then
-    job = redis.call('HGET', KEYS[1], id) or false
+    job = settle(id, redis.call('HGET', KEYS[1], id)) or false
     cache[id] = job
   end
   if type(job) == 'table' then
@@ -310,7 +340,7 @@ end
 local function get(id)
   local job = cache[id]
   if job == nil then
-    job = redis.call('HGET', KEYS[1], id) or false
+    job = settle(id, redis.call('HGET', KEYS[1], id)) or false
   end
   if type(job) == 'string' then
     job = decode(job) or false
@@ -335,7 +365,7 @@ local function get_many(ids)
     local last = math.min(i + 499, #missing)
     local raws = redis.call('HMGET', KEYS[1], unpack(missing, i, last))
     for j = i, last do
-      cache[missing[j]] = raws[j - i + 1] or false
+      cache[missing[j]] = settle(missing[j], raws[j - i + 1]) or false
     end
   end
 end
@@ -418,7 +448,7 @@ local BODY_INLINE = 4096
 -- create stores a new job: job has every field but f and body, and cb
 -- is its callback or ''.
 local function create(id, job, body)
-  job.f = job.cb ~= '' and 1 or 0
+  job.f = job.cb ~= '' and 1 or 4
   job.body = body
   if #body > BODY_INLINE then
     job.f = job.f + 2
@@ -446,7 +476,7 @@ local function remove_raw(id, raw)
   f = tonumber(f)
   leave_as(id, s, x, topic, f)
   put(id, false)
-  if f >= 2 then
+  if f % 4 >= 2 then
     note(pending('bodies'), id, false)
   end
   return s, topic
@@ -706,7 +736,7 @@ local function ready_position()
   end
   positions_left = positions_left - 1
   next_position = next_position + 1
-  return string.format('%016d', next_position)
+  return string.format('%013d.%016d', clock(), next_position)
 end
 
 -- make_ready puts a job in its topic's ready index (or, with a callback,

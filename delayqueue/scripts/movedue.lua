@@ -15,17 +15,23 @@ local budget = tonumber(ARGV[ARG])
 local now = clock()
 local handled, oldest = 0, -1
 local expired = {}
--- The delayed jobs made ready in place (see make_ready_raw) keep their
+-- The delayed jobs made ready without decoding their records keep their
 -- index changes here, handed to flush once (move_entries), not through enter_as
 -- and leave_as per job: delay_out, the delay entries they leave; ready_in,
 -- ZADD arguments of their ready entries. Their counts and wake-up tokens
 -- are noted once per timer.
+--
+-- A job with flag 4 (every job without a callback since that form, see
+-- lib.lua) has the entry "topic,<due>~,id" here, which is its ready entry
+-- too: it moves as it is, and its record is neither read nor written
+-- (settle reads it as ready). A job without the flag has its record read
+-- and written with its new state (make_ready_raw, or decoded).
 local delay_out, ready_in = {}, {}
 
--- make_ready_raw makes the delayed job id, at member m of the delay index,
--- ready without decoding its record, and returns its due time: false when
--- no delayed job matches the entry, nil when the record needs decoding
--- (it has an extra part, or a callback).
+-- make_ready_raw makes the delayed job id (without flag 4), at member m of
+-- the delay index, ready without decoding its record, and returns its due
+-- time: false when no delayed job matches the entry, nil when the record
+-- needs decoding (it has an extra part, or a callback).
 local function make_ready_raw(id, raw, m)
   local s, a, d, x, f, tl, xl, at = string.match(raw, HEAD)
   local topic = string.sub(raw, at, at + tl - 1)
@@ -54,13 +60,27 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
   local asked = budget - handled
   local lo, hi = topic_range(topic, now)
   local entries = redis.call('ZRANGEBYLEX', key, lo, hi, 'LIMIT', '0', int(asked))
-  local ids = {}
-  for i, m in ipairs(entries) do
-    ids[i] = id_of(m, key)
+  local in_place = 0 -- jobs made ready without decoding their records
+  -- The entries to read the records of, and their ids.
+  local rest, ids = {}, {}
+  local mark = #topic + 15 -- after "topic," and 13 digits
+  for _, m in ipairs(entries) do
+    if state == 'delay' and string.byte(m, mark) == 126 then -- '~': flag 4
+      delay_out[#delay_out + 1] = m
+      ready_in[#ready_in + 1] = '0'
+      ready_in[#ready_in + 1] = m
+      in_place = in_place + 1
+      local due = tonumber(string.sub(m, #topic + 2, mark - 1))
+      if oldest < 0 or due < oldest then
+        oldest = due
+      end
+    else
+      rest[#rest + 1] = m
+      ids[#ids + 1] = id_of(m, key)
+    end
   end
   get_many(ids)
-  local in_place = 0 -- jobs make_ready_raw made ready
-  for i, m in ipairs(entries) do
+  for i, m in ipairs(rest) do
     local id = ids[i]
     -- due: the due time of a delayed job made ready, false for an entry no
     -- job matches.
@@ -103,7 +123,7 @@ for _, timer in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', int(now), 'L
   if #entries < asked then
     local first = redis.call('ZRANGEBYLEX', key, '[' .. topic .. ',' .. time13(now + 1) .. ',', '(' .. topic .. '-', 'LIMIT', '0', '1')
     if #first > 0 then
-      raise_timer(timer, tonumber(string.match(first[1], ',(%d+),', #topic + 1)))
+      raise_timer(timer, tonumber(string.match(first[1], ',(%d+)', #topic + 1)))
     else
       raise_timer(timer)
     end

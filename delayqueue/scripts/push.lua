@@ -55,7 +55,7 @@ for j = 0, n - 1 do
       s, x = 'delay', time13(due)
     end
     local retry, cb, body = ARGV[base + 5], ARGV[base + 8], ARGV[base + 4]
-    local f, bl = 0, #body
+    local f, bl = 4, #body
     if cb ~= '' then
       f = 1
     end
