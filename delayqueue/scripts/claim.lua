@@ -55,8 +55,10 @@ local function reserve(id, m, topic)
           c[2] = lease_ms
         end
       end
-      -- The extra part keeps the ready position.
-      put(id, record('reserved', int(a), d, lease, f, topic, x .. ',0,0,0,0:', tail, tl, #x + 9))
+      -- The extra part keeps the ready position: a due time (13 digits, so
+      -- 22 bytes), one made now (30, so 39), or one of the earlier form.
+      local ql = #x == 13 and '22' or #x == 30 and '39' or nil
+      put(id, record('reserved', int(a), d, lease, f, topic, x .. ',0,0,0,0:', tail, tl, ql))
       local body
       if f == '2' or f == '3' or f == '6' then
         body = redis.call('HGET', KEYS[9], id) or ''

@@ -41,8 +41,9 @@
 -- by them. A ready position is the time the job became ready: its due
 -- time, or now followed by "." and a sequence number (16 digits) that
 -- keeps the jobs made ready in one ms in order; positions written before
--- this form are 16-digit sequence numbers, which sort first. A topic holds no comma (push refuses
--- one), so "topic," starts exactly the members of that topic.
+-- this form are 16-digit sequence numbers, which sort first. A topic
+-- holds no comma (push refuses one), so "topic," starts exactly the
+-- members of that topic.
 --
 -- Every script receives the same ARGV header; its own arguments start at
 -- ARGV[ARG]:
@@ -311,7 +312,8 @@ end
 -- entries it found in ready, turns it off (settle_reads).
 local settle_reads = true
 local function settle(id, raw)
-  if not raw or not settle_reads or string.sub(raw, 1, 6) ~= 'delay,' then
+  -- 'd' then 'l': delay (dead has 'a'), read without making a string.
+  if not settle_reads or not raw or string.byte(raw, 1) ~= 100 or string.byte(raw, 3) ~= 108 then
     return raw
   end
   local _, _, _, x, f, tl, _, at = string.match(raw, HEAD)
@@ -725,18 +727,20 @@ end
 -- section ready, needs state
 -- Making jobs ready.
 
--- Ready positions come from one counter per partition (counts' "seq"), so
--- that a topic's jobs pop in the order they became ready. A call takes a
--- few at a time: most make one or a few jobs ready.
-local positions_left, next_position = 0, 0
+-- A ready position made now is the call's time, "." and a number from one
+-- counter per partition (counts' "seq"), so that a topic's jobs pop in the
+-- order they became ready (see KEYS). A call takes a few numbers at a
+-- time: most make one or a few jobs ready.
+local positions_left, next_position, position_prefix = 0, 0, nil
 local function ready_position()
   if positions_left == 0 then
     positions_left = 64
     next_position = redis.call('HINCRBY', KEYS[8], 'seq', '64') - positions_left
+    position_prefix = time13(clock()) .. '.'
   end
   positions_left = positions_left - 1
   next_position = next_position + 1
-  return string.format('%013d.%016d', clock(), next_position)
+  return position_prefix .. string.format('%016d', next_position)
 end
 
 -- make_ready puts a job in its topic's ready index (or, with a callback,
