@@ -21,21 +21,14 @@ func inPlaceOptions(r *testRedis) Options {
 // scanUntilReady runs scanner passes until id reads as ready.
 func scanUntilReady(t *testing.T, q *Queue, id string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.WaitFor(t, 10*time.Second, id+" ready", func() bool {
 		scanAll(t, q)
 		info, err := q.Get(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info != nil && info.State == StateReady {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 10s: %+v", id, info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return info != nil && info.State == StateReady
+	})
 }
 
 func wantStats(t *testing.T, q *Queue, topic string, want TopicStats) {

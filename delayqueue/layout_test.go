@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 // v1Fixture is testdata/layout-v1.json: the keys this server's layout
@@ -256,6 +258,37 @@ func TestLayoutVersionIsRaisedAndANewerOneRefused(t *testing.T) {
 			if err != nil || !found || layout.Version != c.want || layout.Partitions != 3 {
 				t.Fatalf("after a round with version %d: %+v, %v, %v; want version %d", c.recorded, layout, found, err, c.want)
 			}
+		}
+	})
+}
+
+// A server does not start on data of a newer layout version: Run fails
+// with ErrLayout before serving.
+func TestRunRefusesANewerLayoutVersion(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		ctx := context.Background()
+		logger := redistest.Logger(t)
+		rdb := newClient(t, r.opts, logger)
+		q := newQueue(t, rdb, r.queueOptions(Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+			BlockTimeout: 30 * time.Second}), logger)
+		key := q.keys.layout()
+		if err := rdb.Do(ctx, key, func(c redis.Conn) error {
+			_, err := c.Do("HSET", key, "partitions", 3, "version", layoutVersion+1)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		err := q.Run(runCtx)
+		if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "newer release") {
+			t.Fatalf("Run on layout version %d: %v; want ErrLayout naming a newer release", layoutVersion+1, err)
+		}
+		select {
+		case <-q.Started():
+			t.Fatal("the queue started serving on a newer layout")
+		default:
 		}
 	})
 }

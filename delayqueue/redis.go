@@ -39,20 +39,15 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 		q.noteRedis(nil)
 		return nil
 	}
-	var redisErr redis.Error
-	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
-		// Redis answered, with an error: a bug or a misuse, not an outage;
-		// or its memory is full, which the client is told as such.
+	if answeredByRedis(err) || errors.Is(err, ErrNotReplicated) {
+		// Redis answered, and no outage: with an error (a bug or a misuse,
+		// or its memory is full, which the client is told as such), or
+		// with a change made and not copied to enough replicas in time
+		// (WAIT).
 		q.noteRedis(nil)
 		if redisconn.IsOutOfMemoryReply(err) {
 			return fmt.Errorf("%w: %w", ErrRedisFull, err)
 		}
-		return err
-	}
-	if errors.Is(err, ErrNotReplicated) {
-		// Redis answered: the change was made, and not copied to enough
-		// replicas in time (WAIT). That is no outage.
-		q.noteRedis(nil)
 		return err
 	}
 	q.noteRedis(err)
@@ -66,11 +61,17 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 // answered it with an error of its own (as withConn does for a whole
 // call): for a loop's own connection, and for one reply of a pipeline.
 func unavailableUnlessAnswered(err error) error {
-	var redisErr redis.Error
-	if errors.As(err, &redisErr) && !transientRedisError(redisErr) {
+	if answeredByRedis(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// answeredByRedis reports whether err is an error reply of Redis' own, not
+// a failure to reach it or a reply that means "Redis can't serve now".
+func answeredByRedis(err error) bool {
+	var redisErr redis.Error
+	return errors.As(err, &redisErr) && !transientRedisError(redisErr)
 }
 
 // transientRedisError tells the error replies that mean "Redis can't serve
