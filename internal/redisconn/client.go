@@ -182,7 +182,8 @@ func (c *Client) Close() error {
 // commands; after TRYAGAIN or CLUSTERDOWN after a pause (25 ms, doubling up
 // to 400 ms); after READONLY or MASTERDOWN once the map is fetched again.
 // It does so only when every reply f received was such a refusal (or
-// NOSCRIPT): Redis gives them before running a command, so nothing ran. f
+// NOSCRIPT, or FCALL's "Function not found", with FUNCTION's own replies left
+// out): Redis gives them before running a command, so nothing ran. f
 // must therefore send the command carrying key first, keep all its keys in
 // key's slot, and be safe to run again when that command was refused. In a
 // pipeline, the replies f reads are what counts: one it leaves unread is

@@ -202,6 +202,48 @@ func TestDoFollowsAskOnce(t *testing.T) {
 	}
 }
 
+// FCALL's "Function not found" and FUNCTION LOAD's reply say nothing ran:
+// a call that loaded the library on a node and was then moved (the slot
+// left that node meanwhile) runs again on the slot's new primary.
+func TestDoFollowsMovedAfterLoadingAFunction(t *testing.T) {
+	t.Parallel()
+	fc := &fakeCluster{}
+	var b *fakeNode
+	var loaded atomic.Bool
+	a := fc.node(t, func(_ *fakeSession, args []string) string {
+		switch {
+		case args[0] == "FUNCTION":
+			loaded.Store(true)
+			return "+lib\r\n"
+		case !loaded.Load():
+			return respErr("ERR Function not found")
+		default:
+			return respErr(fmt.Sprintf("MOVED %d %s", Slot("k"), b.addr))
+		}
+	})
+	b = fc.node(t, func(_ *fakeSession, args []string) string { return respBulk("b") })
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+	c, obs := newTestClient(t, a.addr)
+
+	var v string
+	err := c.Do(context.Background(), "k", func(conn redis.Conn) error {
+		reply, err := conn.Do("FCALL", "f", 1, "k")
+		if IsFunctionMissingReply(err) {
+			if _, err = conn.Do("FUNCTION", "LOAD", "code"); err == nil {
+				reply, err = conn.Do("FCALL", "f", 1, "k")
+			}
+		}
+		v, err = redis.String(reply, err)
+		return err
+	})
+	if err != nil || v != "b" {
+		t.Fatalf("FCALL = %q, %v; want b's answer", v, err)
+	}
+	if got := obs.redirected(RedirectMoved); got != 1 {
+		t.Errorf("moved redirects = %d, want 1", got)
+	}
+}
+
 // TRYAGAIN and CLUSTERDOWN are retried on the same node after a pause;
 // CLUSTERDOWN also makes the client fetch the map.
 func TestDoRetriesAfterAPause(t *testing.T) {

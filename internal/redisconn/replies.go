@@ -132,3 +132,30 @@ func parseRedirect(err error, from string) (redirect, bool) {
 	}
 	return redirect{kind: kind, slot: slot, addr: net.JoinHostPort(host, port)}, true
 }
+
+// IsFunctionMissingReply reports whether err is FCALL's refusal of a
+// function this Redis does not hold (its library was never loaded here,
+// or was lost: a restart without persistence, FUNCTION FLUSH). Like
+// NOSCRIPT, it comes before anything ran.
+func IsFunctionMissingReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(string(reply), "ERR Function not found")
+}
+
+// IsFunctionsRefusedReply reports whether err says this Redis will not run
+// functions for us: it has none (Redis before 7, miniredis, some proxies),
+// or the ACL user may not call or load them.
+func IsFunctionsRefusedReply(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := string(reply)
+	switch replyCode(err) {
+	case "ERR":
+		return strings.HasPrefix(msg, "ERR unknown command")
+	case "NOPERM":
+		return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'function")
+	}
+	return false
+}

@@ -10,10 +10,10 @@ import (
 // routedConn is the connection Client.Do hands to f in cluster mode. It
 // watches the replies so that Do can tell whether f may be run again: only
 // when every reply f received was a refusal given before running (a
-// redirect, NOSCRIPT, READONLY) did nothing happen on this node. After an
-// ASK it also sends ASKING before each of f's commands, since ASKING admits
-// one command only and f may need several (EVALSHA, then EVAL after
-// NOSCRIPT).
+// redirect, NOSCRIPT, FCALL's "Function not found", READONLY) did nothing
+// happen on this node. After an ASK it also sends ASKING before each of f's
+// commands, since ASKING admits one command only and f may need several
+// (EVALSHA, then EVAL after NOSCRIPT; FCALL, FUNCTION LOAD, FCALL).
 type routedConn struct {
 	redis.Conn
 	addr   string // the node's address, for redirects that name no host
@@ -44,6 +44,8 @@ func (c *routedConn) note(reply any, err error) (any, error) {
 	switch {
 	case err == nil:
 		c.ran = true
+	case IsFunctionMissingReply(err):
+		// Like NOSCRIPT: f loads the library and calls again.
 	case refusedUnrun(err):
 		if c.first == nil && replyCode(err) != "NOSCRIPT" {
 			c.first = err
@@ -93,6 +95,11 @@ func (c *routedConn) Do(cmd string, args ...any) (any, error) {
 	}
 	if err := c.beforeDo(); err != nil {
 		return nil, err
+	}
+	if cmd == "FUNCTION" {
+		// Loading the library (after FCALL found no function) changes no
+		// data, and loading it again does no harm: f may still run again.
+		return c.Conn.Do(cmd, args...)
 	}
 	return c.note(c.Conn.Do(cmd, args...))
 }

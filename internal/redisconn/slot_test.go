@@ -109,6 +109,34 @@ func TestIsOutOfMemoryReply(t *testing.T) {
 	}
 }
 
+func TestFunctionReplies(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err              error
+		missing, refused bool
+	}{
+		{redis.Error("ERR Function not found"), true, false},
+		{fmtWrap(redis.Error("ERR Function not found")), true, false},
+		{redis.Error("ERR unknown command 'FCALL', with args beginning with: 'f' '0' "), false, true},         // Redis 6
+		{redis.Error("ERR unknown command `fcall`, with args beginning with: "), false, true},                 // miniredis
+		{redis.Error("NOPERM this user has no permissions to run the 'fcall' command"), false, true},          // Redis 7.0
+		{redis.Error("NOPERM User dq has no permissions to run the 'function|load' command"), false, true},    // Redis 7.2, Valkey
+		{redis.Error("NOPERM User dq has no permissions to run the 'zadd' command"), false, false},            // inside a function
+		{redis.Error("ERR The user executing the script can't run this command or subcommand"), false, false}, // the same, Redis 7.0
+		{redis.Error("ERR Library 'x' already exists"), false, false},
+		{errors.New("ERR Function not found"), false, false}, // not a Redis reply
+		{nil, false, false},
+	}
+	for _, tt := range tests {
+		if got := IsFunctionMissingReply(tt.err); got != tt.missing {
+			t.Errorf("IsFunctionMissingReply(%v) = %v, want %v", tt.err, got, tt.missing)
+		}
+		if got := IsFunctionsRefusedReply(tt.err); got != tt.refused {
+			t.Errorf("IsFunctionsRefusedReply(%v) = %v, want %v", tt.err, got, tt.refused)
+		}
+	}
+}
+
 func TestParseRedirect(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
