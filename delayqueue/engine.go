@@ -14,6 +14,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/defaults"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // Options configure a Queue.
@@ -83,6 +84,8 @@ type Queue struct {
 	log     *slog.Logger
 	keys    keySchema
 	scripts scripts
+	// scriptsOnly is set once Redis refused functions (see runScript).
+	scriptsOnly atomic.Bool
 	// argvHeader starts every script call's ARGV (see scriptHeader).
 	argvHeader []any
 	instance   string
@@ -266,7 +269,7 @@ func (q *Queue) Run(ctx context.Context) error {
 // prepare loads the scripts and brings older layouts' jobs over.
 func (q *Queue) prepare(ctx context.Context) error {
 	for _, p := range q.partitions {
-		if err := q.withConn(ctx, p.key(), func(c redis.Conn) error { return loadAll(c, q.scripts.partitionScripts()) }); err != nil {
+		if err := q.withConn(ctx, p.key(), q.loadScriptsOn); err != nil {
 			q.log.Warn("could not preload scripts; they will be sent on first use", "partition", p.tag, "err", err)
 			break
 		}
@@ -274,10 +277,19 @@ func (q *Queue) prepare(ctx context.Context) error {
 	return q.migrate(ctx)
 }
 
-// loadAll sends scripts to Redis, so the first calls need no EVAL.
-func loadAll(c redis.Conn, all []*redis.Script) error {
-	for _, sc := range all {
-		if err := sc.Load(c); err != nil {
+// loadScriptsOn loads the partition scripts on c's Redis, so that the
+// first calls find them: the library, or where Redis refuses functions,
+// each script.
+func (q *Queue) loadScriptsOn(c redis.Conn) error {
+	if !q.scriptsOnly.Load() {
+		err := q.scripts.lib.load(c)
+		if !redisconn.IsFunctionsRefusedReply(err) {
+			return err
+		}
+		q.refuseFunctions(err)
+	}
+	for _, sc := range q.scripts.partitionScripts() {
+		if err := sc.eval.Load(c); err != nil {
 			return fmt.Errorf("load script: %w", err)
 		}
 	}

@@ -189,7 +189,7 @@ func (q *Queue) Touch(ctx context.Context, id string, attempt int) (string, time
 	return q.leaseChange(ctx, "touch", q.scripts.touch, id, attempt)
 }
 
-func (q *Queue) leaseChange(ctx context.Context, op string, script *redis.Script, id string, args ...any) (string, time.Time, error) {
+func (q *Queue) leaseChange(ctx context.Context, op string, script *script, id string, args ...any) (string, time.Time, error) {
 	if id == "" {
 		return "", time.Time{}, fmt.Errorf("%s: %w: id is empty", op, ErrInvalidJob)
 	}
@@ -372,7 +372,7 @@ func deleteLanes(p *partition) *lanes[[]any, []removal] { return p.deletes }
 
 // execRemovals runs the ids of several Finish or Delete calls to partition
 // p (each an []any of ids) in one script call.
-func (q *Queue) execRemovals(p *partition, script *redis.Script) func(context.Context, [][]any) ([][]removal, error) {
+func (q *Queue) execRemovals(p *partition, script *script) func(context.Context, [][]any) ([][]removal, error) {
 	return func(ctx context.Context, calls [][]any) ([][]removal, error) {
 		n := 0
 		for _, c := range calls {

@@ -154,7 +154,7 @@ func (q *Queue) migrate(ctx context.Context) error {
 
 // migrationCall runs an exempt migration script on partition p's keys
 // followed by extra keys of the old layouts.
-func (q *Queue) migrationCall(ctx context.Context, p *partition, script *redis.Script, extra []string, args ...any) (any, error) {
+func (q *Queue) migrationCall(ctx context.Context, p *partition, script *script, extra []string, args ...any) (any, error) {
 	return q.callScript(ctx, p, false, script, nil, extra, args...)
 }
 

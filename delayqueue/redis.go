@@ -156,7 +156,7 @@ func (p *partition) withConn(ctx context.Context, f func(redis.Conn) error) erro
 
 // call is one script call on a partition: the partition's keys, then the
 // wake-up lists of topics, and the script's own arguments.
-func (q *Queue) call(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
+func (q *Queue) call(ctx context.Context, p *partition, script *script, topics []string, args ...any) (any, error) {
 	return q.callScript(ctx, p, false, script, topics, nil, args...)
 }
 
@@ -165,7 +165,7 @@ func (q *Queue) call(ctx context.Context, p *partition, script *redis.Script, to
 // until that many replicas of the partition's primary have the change, and
 // fails with ErrNotReplicated when they don't in time, so that the client
 // retries rather than trusting a change a failover could lose.
-func (q *Queue) callAck(ctx context.Context, p *partition, script *redis.Script, topics []string, args ...any) (any, error) {
+func (q *Queue) callAck(ctx context.Context, p *partition, script *script, topics []string, args ...any) (any, error) {
 	return q.callScript(ctx, p, q.opts.WaitReplicas > 0, script, topics, nil, args...)
 }
 
@@ -173,8 +173,9 @@ func (q *Queue) callAck(ctx context.Context, p *partition, script *redis.Script,
 // lists of topics, then extra (the old layouts' keys a migration reads),
 // and ARGV the header, the topics and args; with wait, it waits for the
 // replicas (see callAck).
-func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script *redis.Script, topics, extra []string, args ...any) (any, error) {
-	all := make([]any, 0, 1+len(p.keys)+len(topics)+len(extra)+len(q.argvHeader)+1+len(topics)+len(args))
+func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script *script, topics, extra []string, args ...any) (any, error) {
+	// all[0] is for the function's name (see runScript).
+	all := make([]any, 1, 2+len(p.keys)+len(topics)+len(extra)+len(q.argvHeader)+1+len(topics)+len(args))
 	all = append(all, len(p.keys)+len(topics)+len(extra))
 	all = append(all, p.keys...)
 	for _, t := range topics {
@@ -192,13 +193,43 @@ func (q *Queue) callScript(ctx context.Context, p *partition, wait bool, script 
 	var reply any
 	err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
 		var err error
-		reply, err = script.Do(c, all...)
+		reply, err = q.runScript(c, script, all)
 		if err != nil || !wait {
 			return err
 		}
 		return q.waitReplicas(c)
 	})
 	return reply, err
+}
+
+// runScript runs sc on c with args (args[0] left for the function's name,
+// then the key count, the keys and ARGV): as a function of the library
+// (FCALL), loading the library first where this Redis lacks it, or as a
+// script of its own (EVALSHA) for the scripts outside the library and
+// once Redis refused functions.
+func (q *Queue) runScript(c redis.Conn, sc *script, args []any) (any, error) {
+	if sc.function != "" && !q.scriptsOnly.Load() {
+		args[0] = sc.function
+		reply, err := c.Do("FCALL", args...)
+		if redisconn.IsFunctionMissingReply(err) {
+			if err = q.scripts.lib.load(c); err == nil {
+				reply, err = c.Do("FCALL", args...)
+			}
+		}
+		if !redisconn.IsFunctionsRefusedReply(err) {
+			return reply, err
+		}
+		q.refuseFunctions(err)
+	}
+	return sc.eval.Do(c, args[1:]...)
+}
+
+// refuseFunctions makes every later call send scripts of their own, once
+// Redis refused functions (it has none, or the ACL user may not use them).
+func (q *Queue) refuseFunctions(err error) {
+	if q.scriptsOnly.CompareAndSwap(false, true) {
+		q.log.Info("redis does not run functions for this user; scripts are sent with EVALSHA", "err", err)
+	}
 }
 
 // waitReplicas runs WAIT on c, after a change made on it.

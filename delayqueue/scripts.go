@@ -1,7 +1,10 @@
 package delayqueue
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -17,18 +20,73 @@ var scriptFiles embed.FS
 // each touching the keys of one partition only. A script is its file after
 // the lib sections it names on its first line ("-- lib: ready dead"); the
 // sections record and state come first in every one (scripts/lib.lua), and
-// the functions the script never calls are left out. They
-// are sent with EVALSHA, falling back to EVAL when Redis lost its script
-// cache (a restart, SCRIPT FLUSH).
+// the functions the script never calls are left out.
+//
+// The partition scripts are also the functions of one library, which
+// holds every section once: where Redis has functions (7 and later,
+// Valkey), they are called with FCALL, and a call pays for the sections'
+// functions only when the library is loaded, not on every call (a third
+// of a small call's cost as a script). Elsewhere (miniredis, Redis 6, an
+// ACL user without FCALL) each is sent with EVALSHA, falling back to EVAL
+// when Redis lost its script cache (a restart, SCRIPT FLUSH).
 type scripts struct {
-	push, claim, moveDue, finish, remove, unclaim, release, touch *redis.Script
-	kick, deadDelete, deadSweep, get, signal, claimHook           *redis.Script
+	push, claim, moveDue, finish, remove, unclaim, release, touch *script
+	kick, deadDelete, deadSweep, get, signal, claimHook           *script
 	// export and adopt move jobs between partitions (Repartition).
-	export, adopt *redis.Script
+	export, adopt *script
 	// The migrations touch several partitions' keys and the old layouts'
 	// at once: they run on one Redis only (never a cluster), before the
 	// engine starts, and are exempt from the key check.
-	migrateV1, importV0 *redis.Script
+	migrateV1, importV0 *script
+	// lib holds the partition scripts as functions.
+	lib library
+}
+
+// script is one state change: its function in the library ("" for the
+// scripts outside it), and the same code as a script of its own.
+type script struct {
+	function string
+	eval     *redis.Script
+}
+
+// library is the partition scripts as one Redis function library. Its
+// name carries a hash of its code, so that servers of two releases (or
+// with and without the key check) each find their own.
+type library struct {
+	name string
+	code string // FUNCTION LOAD's argument
+}
+
+// load loads the library on c's Redis; one already there is fine.
+func (l library) load(c redis.Conn) error {
+	_, err := c.Do("FUNCTION", "LOAD", l.code)
+	if err != nil && !isLibraryPresentReply(err) {
+		return fmt.Errorf("load function library %s: %w", l.name, err)
+	}
+	return nil
+}
+
+// isLibraryPresentReply is FUNCTION LOAD's refusal of a library of that
+// name that Redis holds already.
+func isLibraryPresentReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(string(reply), "ERR Library ") && strings.HasSuffix(string(reply), " already exists")
+}
+
+// functionFlags are the flags the library declares for a script's
+// function, which Redis honours for functions only (a script of its own is
+// refused for lack of memory at its first write only, and then runs
+// through). get.lua only reads. The removals free memory, so a full Redis
+// still lets consumers finish and delete jobs, and refuses every other
+// write of theirs.
+func functionFlags(file string) string {
+	switch file {
+	case "get.lua":
+		return "'no-writes'"
+	case "finish.lua", "delete.lua", "deaddelete.lua", "deadsweep.lua":
+		return "'allow-oom'"
+	}
+	return ""
 }
 
 // libSection is a section of scripts/lib.lua: from its line "-- section
@@ -66,13 +124,70 @@ func parseLib(lib string) ([]libSection, error) {
 	return sections, nil
 }
 
-// assemble returns a script's source: the lib sections its first line
-// names, with those they need, in lib.lua's order, then the script.
-func assemble(name, src string, lib []libSection) (string, error) {
+var (
+	// luaDeclaration matches a top-level "local a, b" or "local A = 'x'".
+	luaDeclaration = regexp.MustCompile(`^local ([A-Za-z_][A-Za-z0-9_]*(?:, [A-Za-z_][A-Za-z0-9_]*)*)(?: = (.*))?$`)
+	// luaConstants matches a list of string and number literals.
+	luaConstants = regexp.MustCompile(`^(?:'[^'\\]*'|-?[0-9]+)(?:, (?:'[^'\\]*'|-?[0-9]+))*$`)
+)
+
+// checkTopLevel checks lib.lua's rule for the top level of each section:
+// declarations only (functions, constants, and per-call state with no
+// value), and every per-call name set by the section's begin function,
+// defined after them. A library runs its top level once, at load, and
+// keeps its values from one call to the next: a table or a computed value
+// there would leak from a call into the next.
+func checkTopLevel(lib []libSection) error {
+	for _, section := range lib {
+		var state []string
+		begin := ""
+		text := section.text
+		for at := 0; at < len(text); {
+			line, _, _ := strings.Cut(text[at:], "\n")
+			if rest, ok := strings.CutPrefix(line, "local function "); ok {
+				end := strings.Index(text[at:], "\nend\n")
+				if end < 0 {
+					return fmt.Errorf("scripts/lib.lua, section %s: function %s has no \"end\" line", section.name, rest)
+				}
+				if strings.HasPrefix(rest, "begin_"+section.name+"(") {
+					begin = text[at : at+end]
+				}
+				at += end + len("\nend\n")
+				continue
+			}
+			at += len(line) + 1
+			if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "--") {
+				continue
+			}
+			m := luaDeclaration.FindStringSubmatch(line)
+			switch {
+			case m == nil:
+				return fmt.Errorf("scripts/lib.lua, section %s: %q at the top level is not a declaration", section.name, line)
+			case m[2] != "" && !luaConstants.MatchString(m[2]):
+				return fmt.Errorf("scripts/lib.lua, section %s: %q gives a top-level name a value that is not a constant: leave it without one and set it in begin_%s", section.name, line, section.name)
+			case m[2] == "":
+				if begin != "" {
+					return fmt.Errorf("scripts/lib.lua, section %s: %q comes after begin_%s", section.name, line, section.name)
+				}
+				state = append(state, strings.Split(m[1], ", ")...)
+			}
+		}
+		for _, name := range state {
+			if !slices.Contains(luaCodeNames(begin), name) {
+				return fmt.Errorf("scripts/lib.lua, section %s: begin_%s does not set %s", section.name, section.name, name)
+			}
+		}
+	}
+	return nil
+}
+
+// sectionsFor returns the lib sections a script's first line names, with
+// those they need, in lib.lua's order.
+func sectionsFor(name, src string, lib []libSection) ([]libSection, error) {
 	first, _, _ := strings.Cut(src, "\n")
 	list, ok := strings.CutPrefix(first, "-- lib:")
 	if !ok {
-		return "", fmt.Errorf("scripts/%s: the first line must name the lib sections it uses (-- lib: ...)", name)
+		return nil, fmt.Errorf("scripts/%s: the first line must name the lib sections it uses (-- lib: ...)", name)
 	}
 	wanted := map[string]bool{"record": true, "state": true}
 	for _, section := range strings.Fields(list) {
@@ -86,18 +201,45 @@ func assemble(name, src string, lib []libSection) (string, error) {
 			}
 		}
 	}
-	var b strings.Builder
+	var sections []libSection
 	for _, section := range lib {
-		if !wanted[section.name] {
-			continue
+		if wanted[section.name] {
+			delete(wanted, section.name)
+			sections = append(sections, section)
 		}
-		delete(wanted, section.name)
+	}
+	for unknown := range wanted {
+		return nil, fmt.Errorf("scripts/%s: unknown lib section %q", name, unknown)
+	}
+	return sections, nil
+}
+
+// beginCalls is the code a call runs before the script: each section's
+// begin function, which sets its per-call state (see lib.lua).
+func beginCalls(sections []libSection) string {
+	var b strings.Builder
+	for _, s := range sections {
+		if strings.Contains(s.text, "\nlocal function begin_"+s.name+"()\n") {
+			b.WriteString("begin_" + s.name + "()\n")
+		}
+	}
+	return b.String()
+}
+
+// assemble returns a script's source as a script of its own: the lib
+// sections its first line names, with those they need, in lib.lua's
+// order, the calls of their begin functions, then the script.
+func assemble(name, src string, lib []libSection) (string, error) {
+	sections, err := sectionsFor(name, src, lib)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, section := range sections {
 		b.WriteString(section.text)
 		b.WriteString("\n")
 	}
-	for unknown := range wanted {
-		return "", fmt.Errorf("scripts/%s: unknown lib section %q", name, unknown)
-	}
+	b.WriteString(beginCalls(sections))
 	b.WriteString(src)
 	return pruneUnusedFunctions(name, b.String())
 }
@@ -201,9 +343,9 @@ func pruneUnusedFunctions(name, src string) (string, error) {
 	return out.String(), nil
 }
 
-// loadScripts reads the scripts; with checkKeys, the partition scripts
-// start with scripts/check.lua, which fails a call touching a key it was
-// not given or a key of another hash slot (tests).
+// loadScripts reads the scripts and builds the library; with checkKeys,
+// the partition scripts start with scripts/check.lua, which fails a call
+// touching a key it was not given or a key of another hash slot (tests).
 func loadScripts(checkKeys bool) (scripts, error) {
 	read := func(name string) (string, error) {
 		b, err := scriptFiles.ReadFile("scripts/" + name)
@@ -227,49 +369,125 @@ func loadScripts(checkKeys bool) (scripts, error) {
 	if err != nil {
 		return scripts{}, err
 	}
+	if err := checkTopLevel(lib); err != nil {
+		return scripts{}, err
+	}
 	var s scripts
+	var functions []libraryFunction
 	for _, e := range []struct {
-		dst    **redis.Script
-		name   string
-		exempt bool
+		dst      **script
+		file     string
+		exempt   bool // from the key check
+		function bool // in the library
 	}{
-		{&s.push, "push.lua", false},
-		{&s.claim, "claim.lua", false},
-		{&s.moveDue, "movedue.lua", false},
-		{&s.finish, "finish.lua", false},
-		{&s.remove, "delete.lua", false},
-		{&s.unclaim, "unclaim.lua", false},
-		{&s.release, "release.lua", false},
-		{&s.touch, "touch.lua", false},
-		{&s.kick, "kick.lua", false},
-		{&s.deadDelete, "deaddelete.lua", false},
-		{&s.deadSweep, "deadsweep.lua", false},
-		{&s.get, "get.lua", false},
-		{&s.signal, "signal.lua", false},
-		{&s.claimHook, "claimhook.lua", false},
-		{&s.export, "export.lua", false},
-		{&s.adopt, "adopt.lua", false},
-		{&s.migrateV1, "migratev1.lua", true},
-		{&s.importV0, "importv0.lua", true},
+		{&s.push, "push.lua", false, true},
+		{&s.claim, "claim.lua", false, true},
+		{&s.moveDue, "movedue.lua", false, true},
+		{&s.finish, "finish.lua", false, true},
+		{&s.remove, "delete.lua", false, true},
+		{&s.unclaim, "unclaim.lua", false, true},
+		{&s.release, "release.lua", false, true},
+		{&s.touch, "touch.lua", false, true},
+		{&s.kick, "kick.lua", false, true},
+		{&s.deadDelete, "deaddelete.lua", false, true},
+		{&s.deadSweep, "deadsweep.lua", false, true},
+		{&s.get, "get.lua", false, true},
+		{&s.signal, "signal.lua", false, true},
+		{&s.claimHook, "claimhook.lua", false, true},
+		{&s.export, "export.lua", false, false},
+		{&s.adopt, "adopt.lua", false, false},
+		{&s.migrateV1, "migratev1.lua", true, false},
+		{&s.importV0, "importv0.lua", true, false},
 	} {
-		src, err := read(e.name)
+		src, err := read(e.file)
 		if err != nil {
 			return scripts{}, err
 		}
-		if src, err = assemble(e.name, src, lib); err != nil {
+		sections, err := sectionsFor(e.file, src, lib)
+		if err != nil {
 			return scripts{}, err
 		}
-		if !e.exempt {
-			src = prelude + "\n" + src
+		full, err := assemble(e.file, src, lib)
+		if err != nil {
+			return scripts{}, err
+		}
+		if !e.exempt && prelude != "" {
+			full = prelude + "\ncheck_keys()\n" + full
 		}
 		// A negative key count: each call says how many keys it passes.
-		*e.dst = redis.NewScript(-1, src)
+		*e.dst = &script{eval: redis.NewScript(-1, full)}
+		if e.function {
+			functions = append(functions, libraryFunction{file: e.file, sections: sections, body: src, dst: *e.dst})
+		}
+	}
+	if s.lib, err = buildLibrary(prelude, lib, functions); err != nil {
+		return scripts{}, err
 	}
 	return s, nil
 }
 
+// libraryFunction is a script as a function of the library.
+type libraryFunction struct {
+	file     string
+	sections []libSection // those it names, with their needs
+	body     string
+	dst      *script // its function's name is set here
+}
+
+// libraryPlaceholder stands for the library's name until its code is
+// hashed.
+const libraryPlaceholder = "@library@"
+
+// buildLibrary returns the library of functions: every section any of
+// them names, once, then each script in a function that sets KEYS and ARGV
+// and runs the begin functions of its sections (and the key check, with a
+// prelude), named <library>_<script>. Functions no script calls are left
+// out. It sets each script's function name.
+func buildLibrary(prelude string, lib []libSection, functions []libraryFunction) (library, error) {
+	used := map[string]bool{}
+	for _, f := range functions {
+		for _, s := range f.sections {
+			used[s.name] = true
+		}
+	}
+	var b strings.Builder
+	b.WriteString("#!lua name=" + libraryPlaceholder + "\n")
+	// Load-time names: at load, redis is the registering API, not the one
+	// calls use.
+	b.WriteString("local register = redis.register_function\nlocal KEYS, ARGV\n")
+	if prelude != "" {
+		b.WriteString(prelude + "\n")
+	}
+	for _, s := range lib {
+		if used[s.name] {
+			b.WriteString(s.text + "\n")
+		}
+	}
+	for _, f := range functions {
+		name := libraryPlaceholder + "_" + strings.TrimSuffix(f.file, ".lua")
+		fmt.Fprintf(&b, "register{function_name = '%s', flags = {%s}, callback = function(keys, args)\nKEYS, ARGV = keys, args\n", name, functionFlags(f.file))
+		if prelude != "" {
+			b.WriteString("check_keys()\n")
+		}
+		b.WriteString(beginCalls(f.sections))
+		b.WriteString(f.body)
+		b.WriteString("end}\n")
+	}
+	code, err := pruneUnusedFunctions("library", b.String())
+	if err != nil {
+		return library{}, err
+	}
+	sum := sha1.Sum([]byte(code))
+	l := library{name: "delayqueue_" + hex.EncodeToString(sum[:8])}
+	l.code = strings.ReplaceAll(code, libraryPlaceholder, l.name)
+	for _, f := range functions {
+		f.dst.function = l.name + "_" + strings.TrimSuffix(f.file, ".lua")
+	}
+	return l, nil
+}
+
 // partitionScripts are the scripts the running engine calls.
-func (s scripts) partitionScripts() []*redis.Script {
-	return []*redis.Script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.release, s.touch,
+func (s scripts) partitionScripts() []*script {
+	return []*script{s.push, s.claim, s.moveDue, s.finish, s.remove, s.unclaim, s.release, s.touch,
 		s.kick, s.deadDelete, s.deadSweep, s.get, s.signal, s.claimHook}
 }

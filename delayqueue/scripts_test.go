@@ -4,6 +4,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
 func TestAssembleTakesTheNamedSectionsAndTheirNeeds(t *testing.T) {
@@ -199,4 +204,123 @@ func TestEveryScriptCallsOnlyFunctionsItKeeps(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestCheckTopLevelKeepsPerCallStateOutOfTheLibrary(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, section, err string
+	}{
+		{"declarations, constants and a begin function", `local A, B
+local K = 'x', 5
+local function begin_s()
+  A, B = {}, 0
+end
+local L = -1
+`, ""},
+		{"a table at the top level", "local T = {}\n", "not a constant"},
+		{"a computed value", "local N = tonumber(ARGV[1])\n", "not a constant"},
+		{"a statement", "local A\nA = 1\nlocal function begin_s()\n  A = 1\nend\n", "not a declaration"},
+		{"state no begin sets", "local A, B\nlocal function begin_s()\n  A = 1\nend\n", "does not set B"},
+		{"state and no begin", "local A\n", "does not set A"},
+		{"state after begin", "local function begin_s()\nend\nlocal A\n", "comes after begin_s"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkTopLevel([]libSection{{name: "s", text: "-- section s\n" + c.section}})
+			if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+				t.Errorf("checkTopLevel = %v, want an error with %q", err, c.err)
+			}
+		})
+	}
+	// The real lib follows the rule.
+	libText, err := scriptFiles.ReadFile("scripts/lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := parseLib(string(libText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkTopLevel(lib); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The key check (check.lua) fails a script that touches a key it was not
+// given, as a script of its own (miniredis, a real Redis) and as a
+// function of a library (a real Redis), and lets one through that keeps
+// to its keys.
+func TestKeyCheckRefusesAnUndeclaredKey(t *testing.T) {
+	t.Parallel()
+	prelude, err := scriptFiles.ReadFile("scripts/check.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	libText, err := scriptFiles.ReadFile("scripts/lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := parseLib(string(libText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]string{
+		"declared.lua":   "-- lib:\nreturn redis.call('GET', KEYS[1])\n",
+		"undeclared.lua": "-- lib:\nreturn redis.call('GET', 'elsewhere')\n",
+	}
+	asScripts := map[string]*redis.Script{}
+	var functions []libraryFunction
+	dst := map[string]*script{}
+	for file, body := range bodies {
+		full, err := assemble(file, body, lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asScripts[file] = redis.NewScript(-1, string(prelude)+"\ncheck_keys()\n"+full)
+		sections, err := sectionsFor(file, body, lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst[file] = &script{}
+		functions = append(functions, libraryFunction{file: file, sections: sections, body: body, dst: dst[file]})
+	}
+	library, err := buildLibrary(string(prelude), lib, functions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The ARGV header every script expects: no wake-up topics.
+	args := func(name string) []any {
+		return []any{name, 10, "{p}1", "{p}2", "{p}3", "{p}4", "{p}5", "{p}6", "{p}7", "{p}8", "{p}9", "{p}10", 1, 1, 1, 0}
+	}
+	check := func(t *testing.T, run func(file string) (any, error)) {
+		t.Helper()
+		if _, err := run("declared.lua"); err != nil {
+			t.Errorf("declared key: %v", err)
+		}
+		if _, err := run("undeclared.lua"); err == nil || !strings.Contains(err.Error(), "which is not in KEYS") {
+			t.Errorf("undeclared key: %v, want the key check's error", err)
+		}
+	}
+	redistest.ForEach(t, redistest.StandaloneBackends(), func(t *testing.T, r *redistest.Redis) {
+		c, err := redis.Dial("tcp", r.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		t.Run("scripts", func(t *testing.T) {
+			check(t, func(file string) (any, error) { return asScripts[file].Do(c, args(file)[1:]...) })
+		})
+		if _, err := c.Do("FUNCTION", "LOAD", library.code); redisconn.IsFunctionsRefusedReply(err) {
+			return // miniredis has no functions
+		} else if err != nil {
+			t.Fatalf("FUNCTION LOAD: %v", err)
+		}
+		t.Run("functions", func(t *testing.T) {
+			check(t, func(file string) (any, error) { return c.Do("FCALL", args(dst[file].function)...) })
+			// Again: the library's state from the first calls does not
+			// carry the keys over.
+			check(t, func(file string) (any, error) { return c.Do("FCALL", args(dst[file].function)...) })
+		})
+	})
 }

@@ -4,10 +4,20 @@
 -- record and state come first in every one. A section starts at its
 -- "-- section <name>, needs <names>" line.
 --
--- Lua creates every function of a script anew on each call, and that is
--- a good part of a small call's cost: a script gets only the sections it
--- names, and of those only the functions its code calls (scripts.go drops
--- the others).
+-- The scripts reach Redis as functions of one library (FUNCTION LOAD,
+-- FCALL) where Redis has them, and else each as a script of its own
+-- (EVALSHA). A library's top level runs once, at load, where Lua's own
+-- functions are not yet at hand; a script's runs on every call. So the top
+-- level of a section holds only declarations: functions, constants (a
+-- string or a number), and the names of per-call state with no value.
+-- Per-call state is set by its section's begin_<section> function, after
+-- the section's last declaration, which every call runs first (scripts.go
+-- checks all of that).
+--
+-- As a script of its own, Lua creates every function anew on each call,
+-- and that is a good part of a small call's cost: a script gets only the
+-- sections it names, and of those only the functions its code calls
+-- (scripts.go drops the others).
 
 -- section record
 -- The partition's keys, the clock, and the job record.
@@ -51,19 +61,22 @@
 --   2 dead letters kept per topic in this partition, 3 their time to live ms
 --   4 n, then 5..4+n the topics whose wake-up lists are KEYS[11..10+n]
 --
--- Lua creates every function and table of a script anew on each call, and
--- that is most of a small call's cost: the sections keep both few, and
--- name keys through KEYS rather than in upvalues.
-local WAKE = {}
-local ARG = 5 + tonumber(ARGV[4])
-for i = 1, ARG - 5 do
-  WAKE[ARGV[4 + i]] = KEYS[10 + i]
-end
+-- WAKE maps those topics to their wake-up lists' keys.
+local WAKE, ARG
 
 -- clock reads the one clock every instance shares, Redis TIME, once per
 -- call: now in ms rounded down, and rounded up (for due times: a job is
 -- never early).
 local clock_ms, clock_ceil
+
+local function begin_record()
+  WAKE, ARG = {}, 5 + tonumber(ARGV[4])
+  for i = 1, ARG - 5 do
+    WAKE[ARGV[4 + i]] = KEYS[10 + i]
+  end
+  clock_ms, clock_ceil = nil, nil
+end
+
 local function clock()
   if not clock_ms then
     local t = redis.call('TIME')
@@ -284,8 +297,7 @@ end
 -- <topic>" -> delta), timers ("delay|reserved,<topic>" -> earliest time),
 -- signals (wake-up list -> tokens) and unsignaled (topic -> tokens, for topics whose wake-up list
 -- the call was not given).
-local cache, dirty = {}, {}
-local pend = {}
+local cache, dirty, pend
 
 -- note sets m[k] = v, listing k in m's array part the first time.
 local function note(m, k, v)
@@ -310,7 +322,7 @@ end
 -- as it is, see KEYS[3]) reads as ready, its due time its position. That
 -- costs a ZSCORE per such record; claim.lua, which reads only jobs whose
 -- entries it found in ready, turns it off (settle_reads).
-local settle_reads = true
+local settle_reads
 local function settle(id, raw)
   -- 'd' then 'l': delay (dead has 'a'), read without making a string.
   if not settle_reads or not raw or string.byte(raw, 1) ~= 100 or string.byte(raw, 3) ~= 108 then
@@ -724,6 +736,10 @@ local function unsignaled_reply(reply)
   return reply
 end
 
+local function begin_state()
+  cache, dirty, pend, settle_reads = {}, {}, {}, true
+end
+
 -- section ready, needs state
 -- Making jobs ready.
 
@@ -731,7 +747,7 @@ end
 -- counter per partition (counts' "seq"), so that a topic's jobs pop in the
 -- order they became ready (see KEYS). A call takes a few numbers at a
 -- time: most make one or a few jobs ready.
-local positions_left, next_position, position_prefix = 0, 0, nil
+local positions_left, next_position, position_prefix
 local function ready_position()
   if positions_left == 0 then
     positions_left = 64
@@ -752,6 +768,10 @@ local function make_ready(id, job)
   else
     signal(job.topic, 1)
   end
+end
+
+local function begin_ready()
+  positions_left, next_position, position_prefix = 0, 0, nil
 end
 
 -- section dead, needs state
@@ -798,7 +818,7 @@ local function trim_dead(topic, now)
 end
 
 -- bury moves a job to its topic's dead letters; commit trims them.
-local buried = {}
+local buried
 local function bury(id, job, reason, now)
   extra(job)
   job.dr, job.dt, job.q = reason, int(now), '0'
@@ -824,6 +844,10 @@ local function dead_ids(topic, n)
     members[i] = id_of(m, KEYS[5])
   end
   return members
+end
+
+local function begin_dead()
+  buried = {}
 end
 
 -- section retry, needs ready dead
