@@ -228,7 +228,7 @@ func (q *Queue) runScript(c redis.Conn, sc *script, args []any) (any, error) {
 // Redis refused functions (it has none, or the ACL user may not use them).
 func (q *Queue) refuseFunctions(err error) {
 	if q.scriptsOnly.CompareAndSwap(false, true) {
-		q.log.Info("redis does not run functions for this user; scripts are sent with EVALSHA", "err", err)
+		q.log.Info("redis refuses functions (a Redis before 7, or an ACL user without FCALL or FUNCTION); scripts are sent with EVALSHA", "err", err)
 	}
 }
 

@@ -150,10 +150,9 @@ local T = {nested}
 	}
 }
 
-func TestEveryScriptCallsOnlyFunctionsItKeeps(t *testing.T) {
-	t.Parallel()
-	// The real scripts after pruning: every name a script's code calls as a
-	// function is defined in it or is a Lua or Redis global.
+// realLib is scripts/lib.lua, parsed.
+func realLib(t *testing.T) []libSection {
+	t.Helper()
 	libText, err := scriptFiles.ReadFile("scripts/lib.lua")
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +161,14 @@ func TestEveryScriptCallsOnlyFunctionsItKeeps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lib
+}
+
+func TestEveryScriptCallsOnlyFunctionsItKeeps(t *testing.T) {
+	t.Parallel()
+	// The real scripts after pruning: every name a script's code calls as a
+	// function is defined in it or is a Lua or Redis global.
+	lib := realLib(t)
 	names, err := scriptFiles.ReadDir("scripts")
 	if err != nil {
 		t.Fatal(err)
@@ -234,14 +241,7 @@ local L = -1
 		})
 	}
 	// The real lib follows the rule.
-	libText, err := scriptFiles.ReadFile("scripts/lib.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lib, err := parseLib(string(libText))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := realLib(t)
 	if err := checkTopLevel(lib); err != nil {
 		t.Fatal(err)
 	}
@@ -257,14 +257,7 @@ func TestKeyCheckRefusesAnUndeclaredKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	libText, err := scriptFiles.ReadFile("scripts/lib.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lib, err := parseLib(string(libText))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := realLib(t)
 	bodies := map[string]string{
 		"declared.lua":   "-- lib:\nreturn redis.call('GET', KEYS[1])\n",
 		"undeclared.lua": "-- lib:\nreturn redis.call('GET', 'elsewhere')\n",
