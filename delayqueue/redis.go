@@ -228,8 +228,20 @@ func (q *Queue) runScript(c redis.Conn, sc *script, args []any) (any, error) {
 // Redis refused functions (it has none, or the ACL user may not use them).
 func (q *Queue) refuseFunctions(err error) {
 	if q.scriptsOnly.CompareAndSwap(false, true) {
-		q.log.Info("redis refuses functions (a Redis before 7, or an ACL user without FCALL or FUNCTION); scripts are sent with EVALSHA", "err", err)
+		q.log.Info("redis refuses functions (a Redis before 7, or an ACL user without FCALL or FUNCTION); scripts are sent with EVALSHA", "err", replyGist(err))
 	}
+}
+
+// replyGist is the start of err's text, for a log line: a refusal may
+// repeat the command's arguments (miniredis repeats them all, the
+// library's code included).
+func replyGist(err error) string {
+	const most = 200
+	text := err.Error()
+	if len(text) > most {
+		return text[:most] + "..."
+	}
+	return text
 }
 
 // waitReplicas runs WAIT on c, after a change made on it.
