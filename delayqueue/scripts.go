@@ -25,8 +25,8 @@ var scriptFiles embed.FS
 // The partition scripts are also the functions of one library, which
 // holds every section once: where Redis has functions (7 and later,
 // Valkey), they are called with FCALL, and a call pays for the sections'
-// functions only when the library is loaded, not on every call (a third
-// of a small call's cost as a script). Elsewhere (miniredis, Redis 6, an
+// functions only when the library is loaded, not on every call (37.7k of
+// a one-job claim's Redis instructions, about 290k, as a script). Elsewhere (miniredis, Redis 6, an
 // ACL user without FCALL) each is sent with EVALSHA, falling back to EVAL
 // when Redis lost its script cache (a restart, SCRIPT FLUSH).
 type scripts struct {
