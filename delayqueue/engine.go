@@ -14,7 +14,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/defaults"
-	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // Options configure a Queue.
@@ -269,31 +268,12 @@ func (q *Queue) Run(ctx context.Context) error {
 // prepare loads the scripts and brings older layouts' jobs over.
 func (q *Queue) prepare(ctx context.Context) error {
 	for _, p := range q.partitions {
-		if err := q.withConn(ctx, p.key(), q.loadScriptsOn); err != nil {
+		if err := q.withConn(ctx, p.key(), q.ensureScriptsOn); err != nil {
 			q.log.Warn("could not preload scripts; they will be sent on first use", "partition", p.tag, "err", err)
 			break
 		}
 	}
 	return q.migrate(ctx)
-}
-
-// loadScriptsOn loads the partition scripts on c's Redis, so that the
-// first calls find them: the library, or where Redis refuses functions,
-// each script.
-func (q *Queue) loadScriptsOn(c redis.Conn) error {
-	if !q.scriptsOnly.Load() {
-		err := q.scripts.lib.load(c)
-		if !redisconn.IsFunctionsRefusedReply(err) {
-			return err
-		}
-		q.refuseFunctions(err)
-	}
-	for _, sc := range q.scripts.partitionScripts() {
-		if err := sc.eval.Load(c); err != nil {
-			return fmt.Errorf("load script: %w", err)
-		}
-	}
-	return nil
 }
 
 // Started is closed once Run has brought older layouts' jobs over and the

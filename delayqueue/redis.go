@@ -224,6 +224,40 @@ func (q *Queue) runScript(c redis.Conn, sc *script, args []any) (any, error) {
 	return sc.eval.Do(c, args[1:]...)
 }
 
+// ensureScriptsOn checks that c's Redis holds the partition scripts (the
+// library, or each script where Redis refuses functions) and loads what
+// it lacks.
+func (q *Queue) ensureScriptsOn(c redis.Conn) error {
+	if !q.scriptsOnly.Load() {
+		libs, err := redis.Values(c.Do("FUNCTION", "LIST", "LIBRARYNAME", q.scripts.lib.name))
+		if err == nil && len(libs) == 0 {
+			err = q.scripts.lib.load(c)
+		}
+		if !redisconn.IsFunctionsRefusedReply(err) {
+			return err
+		}
+		q.refuseFunctions(err)
+	}
+	all := q.scripts.partitionScripts()
+	args := make([]any, 0, len(all)+1)
+	args = append(args, "EXISTS")
+	for _, s := range all {
+		args = append(args, s.eval.Hash())
+	}
+	exists, err := redis.Ints(c.Do("SCRIPT", args...))
+	if err != nil {
+		return err
+	}
+	for i, ok := range exists {
+		if ok == 0 {
+			if err := all[i].eval.Load(c); err != nil {
+				return fmt.Errorf("load script: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
 // refuseFunctions makes every later call send scripts of their own, once
 // Redis refused functions (it has none, or the ACL user may not use them).
 func (q *Queue) refuseFunctions(err error) {

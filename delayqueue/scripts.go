@@ -234,6 +234,11 @@ func assemble(name, src string, lib []libSection) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return assembleSections(name, src, sections)
+}
+
+// assembleSections is assemble with the script's sections found.
+func assembleSections(name, src string, sections []libSection) (string, error) {
 	var b strings.Builder
 	for _, section := range sections {
 		b.WriteString(section.text)
@@ -407,7 +412,7 @@ func loadScripts(checkKeys bool) (scripts, error) {
 		if err != nil {
 			return scripts{}, err
 		}
-		full, err := assemble(e.file, src, lib)
+		full, err := assembleSections(e.file, src, sections)
 		if err != nil {
 			return scripts{}, err
 		}

@@ -266,15 +266,15 @@ func TestKeyCheckRefusesAnUndeclaredKey(t *testing.T) {
 	var functions []libraryFunction
 	dst := map[string]*script{}
 	for file, body := range bodies {
-		full, err := assemble(file, body, lib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		asScripts[file] = redis.NewScript(-1, string(prelude)+"\ncheck_keys()\n"+full)
 		sections, err := sectionsFor(file, body, lib)
 		if err != nil {
 			t.Fatal(err)
 		}
+		full, err := assembleSections(file, body, sections)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asScripts[file] = redis.NewScript(-1, string(prelude)+"\ncheck_keys()\n"+full)
 		dst[file] = &script{}
 		functions = append(functions, libraryFunction{file: file, sections: sections, body: body, dst: dst[file]})
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
-	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // TopicStats counts a topic's jobs in each state. The counters are kept by
@@ -170,40 +168,6 @@ func (q *Queue) Ready(ctx context.Context) error {
 	return q.eachPartition(ctx, func(p *partition) error {
 		return q.withConn(ctx, p.key(), q.ensureScriptsOn)
 	})
-}
-
-// ensureScriptsOn checks that c's Redis holds the partition scripts (the
-// library, or each script where Redis refuses functions) and loads what
-// it lacks.
-func (q *Queue) ensureScriptsOn(c redis.Conn) error {
-	if !q.scriptsOnly.Load() {
-		libs, err := redis.Values(c.Do("FUNCTION", "LIST", "LIBRARYNAME", q.scripts.lib.name))
-		if err == nil && len(libs) == 0 {
-			err = q.scripts.lib.load(c)
-		}
-		if !redisconn.IsFunctionsRefusedReply(err) {
-			return err
-		}
-		q.refuseFunctions(err)
-	}
-	all := q.scripts.partitionScripts()
-	args := make([]any, 0, len(all)+1)
-	args = append(args, "EXISTS")
-	for _, s := range all {
-		args = append(args, s.eval.Hash())
-	}
-	exists, err := redis.Ints(c.Do("SCRIPT", args...))
-	if err != nil {
-		return err
-	}
-	for i, ok := range exists {
-		if ok == 0 {
-			if err := all[i].eval.Load(c); err != nil {
-				return fmt.Errorf("load script: %w", err)
-			}
-		}
-	}
-	return nil
 }
 
 // MaxUpcomingSlots bounds the slots of one Upcoming call.
