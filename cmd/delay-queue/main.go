@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/delay-queue/delay-queue/config"
+	"github.com/delay-queue/delay-queue/internal/logwriter"
 )
 
 // version is the release printed by -v. It is a variable only because the
@@ -97,7 +98,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	logger := newLogger(stderr, cfg)
+	// Log lines go out from one goroutine, gathered (see logwriter).
+	logOut := logwriter.New(stderr)
+	defer logOut.Close()
+	logger := newLogger(logOut, cfg)
 	for _, w := range warnings {
 		logger.Warn("config file warning", "warning", w)
 	}
