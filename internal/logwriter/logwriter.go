@@ -23,13 +23,14 @@ import (
 const maxQueued = 1 << 20
 
 // Writer is an io.Writer that queues what it is given for its goroutine to
-// write to out. Write never fails: an error from out is returned by Close.
+// write to out. Until Close, Write never fails: an error from out is
+// returned by Close.
 type Writer struct {
 	out io.Writer
 
 	mu sync.Mutex
-	// changed is signaled when lines are queued, when a write ends, and at
-	// Close.
+	// changed is signaled when lines enter an empty queue, when a write
+	// ends, when the goroutine stops, and at Close.
 	changed *sync.Cond
 	queued  []byte
 	spare   []byte // the buffer of the last write, reused for the next queue
@@ -94,8 +95,7 @@ func (w *Writer) run() {
 }
 
 // Close writes what is queued, stops the goroutine, and returns the first
-// error out gave. Later writes go straight to out. Close must be called
-// once.
+// error out gave. Later writes go straight to out.
 func (w *Writer) Close() error {
 	w.mu.Lock()
 	w.closed = true

@@ -10,19 +10,28 @@ import (
 	"time"
 )
 
-// recorder is an output that keeps each Write's bytes, and can hold its
-// writes until released.
+// recorder is an output that keeps each Write's bytes, and, made by
+// holding, holds its writes until released.
 type recorder struct {
 	mu      sync.Mutex
 	writes  [][]byte
-	entered chan struct{} // receives once per write, when hold is set
-	hold    chan struct{} // a write waits for it to close, when set
+	entered chan struct{} // a held write has started (buffered: one signal)
+	hold    chan struct{} // held writes wait for it to close
 	err     error
 }
 
+func holding() *recorder {
+	return &recorder{entered: make(chan struct{}, 1), hold: make(chan struct{})}
+}
+
+func (r *recorder) release() { close(r.hold) }
+
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.hold != nil {
-		r.entered <- struct{}{}
+		select {
+		case r.entered <- struct{}{}:
+		default:
+		}
 		<-r.hold
 	}
 	r.mu.Lock()
@@ -88,22 +97,17 @@ func TestEveryLineArrivesWholeAndInOrderPerWriter(t *testing.T) {
 }
 
 func TestLinesQueuedDuringAWriteShareTheNext(t *testing.T) {
-	out := &recorder{entered: make(chan struct{}), hold: make(chan struct{})}
+	out := holding()
 	w := New(out)
 	w.Write([]byte("first\n"))
 	<-out.entered // the goroutine is inside the first write, held
 	for i := range 100 {
 		w.Write(fmt.Appendf(nil, "line %d\n", i))
 	}
-	close(out.hold)
-	go func() { // later writes do not wait
-		for range out.entered {
-		}
-	}()
+	out.release()
 	if err := w.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	close(out.entered)
 	if len(out.writes) != 2 {
 		t.Fatalf("%d writes, want 2: the first line, then the 100 queued meanwhile", len(out.writes))
 	}
@@ -113,7 +117,7 @@ func TestLinesQueuedDuringAWriteShareTheNext(t *testing.T) {
 }
 
 func TestQueueIsBoundedWhileTheOutputIsSlow(t *testing.T) {
-	out := &recorder{entered: make(chan struct{}), hold: make(chan struct{})}
+	out := holding()
 	w := New(out)
 	w.Write([]byte("first\n"))
 	<-out.entered
@@ -140,16 +144,11 @@ func TestQueueIsBoundedWhileTheOutputIsSlow(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(out.hold)
-	go func() {
-		for range out.entered {
-		}
-	}()
+	out.release()
 	<-done
 	if err := w.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	close(out.entered)
 	total := 0
 	for i, b := range out.writes {
 		total += len(b)
