@@ -18,7 +18,7 @@ settle_reads = false
 -- handed to flush once per call (move_entries), not through enter_as and leave_as
 -- per job (most of a small claim's cost): ready_out, the ready entries they
 -- leave; reserved_in, ZADD arguments of their lease entries; moved[topic],
--- {jobs, earliest lease ms}, its topics listed in the array part.
+-- {jobs, earliest lease ms, that lease as text}, its topics listed in the array part.
 local ready_out, reserved_in, moved = {}, {}, {}
 
 -- reserve leases the job id, ready at member m of topic, and returns its
@@ -38,21 +38,21 @@ local function reserve(id, m, topic)
     else
       local tail = string.sub(raw, at + tl)
       local ttr, rl, cl, bl, bat = string.match(tail, '^(%d+),%d+,%d+,(%d+),(%d+),(%-?%d+):()')
-      ttr = tonumber(ttr)
+      ttr = num(ttr)
       local lease_ms = now + ttr * 1000
       local lease = time13(lease_ms)
-      a = a + 1
+      a = num(a) + 1
       ready_out[#ready_out + 1] = m
       reserved_in[#reserved_in + 1] = '0'
       reserved_in[#reserved_in + 1] = topic .. ',' .. lease .. ',' .. id
       local c = moved[topic]
       if not c then
         moved[#moved + 1] = topic
-        moved[topic] = {1, lease_ms}
+        moved[topic] = {1, lease_ms, lease}
       else
         c[1] = c[1] + 1
         if lease_ms < c[2] then
-          c[2] = lease_ms
+          c[2], c[3] = lease_ms, lease
         end
       end
       -- The extra part keeps the ready position: a due time (13 digits, so
@@ -87,7 +87,7 @@ local function reserve(id, m, topic)
   return ttr, job.a, body_of(id, job)
 end
 
-local requests = tonumber(ARGV[ARG])
+local requests = num(ARGV[ARG])
 local reply = {now}
 -- demand[topic] is what the requests not started yet may take of topic,
 -- so that one ZRANGEBYLEX, and one HMGET, read a topic's entries for
@@ -97,7 +97,7 @@ local demand = {}
 local a = ARG + 1
 if requests > 1 then
   for _ = 1, requests do
-    local want, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    local want, n = num(ARGV[a]), num(ARGV[a + 1])
     for i = a + 2, a + 1 + n do
       demand[ARGV[i]] = (demand[ARGV[i]] or 0) + want
     end
@@ -131,7 +131,7 @@ end
 
 a = ARG + 1
 for _ = 1, requests do
-  local want, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local want, n = num(ARGV[a]), num(ARGV[a + 1])
   local first_topic = a + 2
   a = first_topic + n
   if requests > 1 then
@@ -177,7 +177,7 @@ for _, topic in ipairs(moved) do
   local c = moved[topic]
   count('reserved,' .. topic, c[1])
   count('ready,' .. topic, -c[1])
-  lower_timer('reserved,' .. topic, c[2])
+  lower_timer('reserved,' .. topic, c[2], c[3])
 end
 move_entries(KEYS[2], ready_out, KEYS[4], reserved_in)
 local left = flush()

@@ -69,13 +69,6 @@ local WAKE, ARG
 -- never early).
 local clock_ms, clock_ceil
 
-local function begin_record()
-  WAKE, ARG = {}, 5 + tonumber(ARGV[4])
-  for i = 1, ARG - 5 do
-    WAKE[ARGV[4 + i]] = KEYS[10 + i]
-  end
-  clock_ms, clock_ceil = nil, nil
-end
 
 local function clock()
   if not clock_ms then
@@ -87,11 +80,52 @@ local function clock()
 end
 
 -- int renders a number as a decimal integer string (Redis' Lua and
--- miniredis' Lua print large numbers differently; this prints both alike).
--- Commands get their numbers as strings: Redis prints a number argument as
--- a float, which costs a small command as much as its own work.
+-- miniredis' Lua print large numbers differently; this prints both alike),
+-- and num reads one. Commands get their numbers as strings: Redis prints a
+-- number argument as a float, which costs a small command as much as its
+-- own work. Lua prints a number in a concatenation with sprintf too, and
+-- reads one with strtod: a few thousand instructions each, more than the
+-- rest of a small call's line. Most numbers a call prints or reads are
+-- small and few distinct (lengths, flags, counts, attempts, ttr), so the
+-- small ones are converted once and kept: small_text maps a number below
+-- SMALL_INT to its text, small_number a text of up to 6 characters to its
+-- number (at most SMALL_TEXTS of them). As a library (FUNCTION), these two
+-- tables last from one call to the next, which is safe: they hold nothing
+-- but conversions, the same for every call. As scripts of their own, each
+-- call starts them empty.
+local SMALL_INT, SMALL_TEXTS = 8192, 8192
+local small_text, small_number, small_numbers
+
 local function int(n)
-  return string.format('%d', n)
+  local s = small_text[n]
+  if not s then
+    s = string.format('%d', n) -- n may be a numeric string too: not kept
+    if type(n) == 'number' and n >= 0 and n < SMALL_INT then
+      small_text[n] = s
+    end
+  end
+  return s
+end
+
+local function num(s)
+  local n = small_number[s]
+  if not n then
+    n = tonumber(s)
+    if n and type(s) == 'string' and #s <= 6 and small_numbers < SMALL_TEXTS then
+      small_number[s] = n
+      small_numbers = small_numbers + 1
+    end
+  end
+  return n
+end
+
+local function begin_record()
+  small_text, small_number, small_numbers = small_text or {}, small_number or {}, small_numbers or 0
+  WAKE, ARG = {}, 5 + num(ARGV[4])
+  for i = 1, ARG - 5 do
+    WAKE[ARGV[4 + i]] = KEYS[10 + i]
+  end
+  clock_ms, clock_ceil = nil, nil
 end
 
 local function time13(ms)
@@ -130,7 +164,7 @@ local HEAD = '^(%a+),(%d+),(%d+),([%d.]+),(%d),(%d+),(%d+):()'
 -- (tl and xl, the lengths of topic and extra as text, save printing them
 -- when the caller has them.)
 local function record(s, a, d, x, f, topic, extra, tail, tl, xl)
-  return s .. ',' .. a .. ',' .. d .. ',' .. x .. ',' .. f .. ',' .. (tl or #topic) .. ',' .. (xl or #extra) .. ':' ..
+  return s .. ',' .. a .. ',' .. d .. ',' .. x .. ',' .. f .. ',' .. (tl or int(#topic)) .. ',' .. (xl or int(#extra)) .. ':' ..
     topic .. extra .. tail
 end
 
@@ -144,7 +178,7 @@ local function decode(raw)
   end
   local t_end = at + tl
   local x_end = t_end + xl
-  return {s = s, a = a, d = d, x = x, f = tonumber(f), topic = string.sub(raw, at, t_end - 1),
+  return {s = s, a = a, d = d, x = x, f = num(f), topic = string.sub(raw, at, t_end - 1),
     rawextra = xl ~= '0' and string.sub(raw, t_end, x_end - 1) or '', rawtail = string.sub(raw, x_end)}
 end
 
@@ -188,7 +222,7 @@ local function extra(job)
     return job
   end
   local q, dt, ls, drl, lel, at = string.match(raw, '^([%d.]+),(%d+),(%d+),(%d+),(%d+):()')
-  drl, lel = tonumber(drl), tonumber(lel)
+  drl, lel = num(drl), num(lel)
   job.q, job.dt, job.ls = q, dt, ls
   job.dr = string.sub(raw, at, at + drl - 1)
   job.le = string.sub(raw, at + drl, at + drl + lel - 1)
@@ -202,7 +236,7 @@ local function encode(job)
   if job.q then
     x = ''
     if job.q ~= '0' or job.dt ~= '0' or job.ls ~= '0' or job.dr ~= '' or job.le ~= '' or job.lb ~= '' then
-      x = job.q .. ',' .. job.dt .. ',' .. job.ls .. ',' .. #job.dr .. ',' .. #job.le .. ':' .. job.dr .. job.le .. job.lb
+      x = job.q .. ',' .. job.dt .. ',' .. job.ls .. ',' .. int(#job.dr) .. ',' .. int(#job.le) .. ':' .. job.dr .. job.le .. job.lb
     end
   end
   local t = job.rawtail
@@ -211,17 +245,17 @@ local function encode(job)
     if separate_body(job) then
       body = ''
     else
-      bl = #body
+      bl = int(#body)
     end
-    t = job.r .. ',' .. job.c .. ',' .. job.m .. ',' .. #job.retry .. ',' .. #job.cb .. ',' .. bl .. ':' ..
+    t = job.r .. ',' .. job.c .. ',' .. job.m .. ',' .. int(#job.retry) .. ',' .. int(#job.cb) .. ',' .. bl .. ':' ..
       job.retry .. job.cb .. body
   end
   local a = job.a
   if type(a) == 'number' then
     a = int(a)
   end
-  return job.s .. ',' .. a .. ',' .. job.d .. ',' .. job.x .. ',' .. job.f .. ',' .. #job.topic .. ',' ..
-    (x == '' and '0' or #x) .. ':' .. job.topic .. x .. t
+  return job.s .. ',' .. a .. ',' .. job.d .. ',' .. job.x .. ',' .. int(job.f) .. ',' .. int(#job.topic) .. ',' ..
+    int(#x) .. ':' .. job.topic .. x .. t
 end
 
 -- index_for is the index holding a job in state s (with flags f), and
@@ -391,12 +425,14 @@ local function put(id, job)
   cache[id] = job
 end
 
+-- index_op notes an index entry added (present true) or removed; the
+-- pending index lists the indexes it changes in its array part.
 local function index_op(key, m, present)
   local index = pending('index')
   local ops = index[key]
   if not ops then
     ops = {}
-    index[key] = ops
+    note(index, key, ops)
   end
   ops[m] = present
 end
@@ -416,10 +452,13 @@ end
 
 -- lower_timer brings a timer ("delay|reserved,<topic>") down to ms when
 -- the flush writes it (ZADD LT), if the call has not a lower time for it.
-local function lower_timer(timer, ms)
+-- text, when the caller has it, is ms as text (timer_texts keeps it), so
+-- that the flush need not print it.
+local function lower_timer(timer, ms, text)
   local timers = pending('timers')
   if not timers[timer] or ms < timers[timer] then
     note(timers, timer, ms)
+    pending('timer_texts')[timer] = text or false
   end
 end
 
@@ -432,13 +471,14 @@ local function raise_timer(timer, ms)
 end
 
 -- enter puts a job in the index of its state, and leave takes it out, each
--- counting it there.
-local function enter_as(id, s, x, topic, f)
+-- counting it there. (enter_as takes ms, x as a number, when the caller
+-- has it.)
+local function enter_as(id, s, x, topic, f, ms)
   index_op(index_for(s, f), member_for(id, s, x, topic, f), true)
   count(s .. ',' .. topic, 1)
   if s == 'delay' or s == 'reserved' then
-    -- Its timer is named as its counter is.
-    lower_timer(s .. ',' .. topic, tonumber(x))
+    -- Its timer is named as its counter is; x is its time, as text.
+    lower_timer(s .. ',' .. topic, ms or tonumber(x), x)
   end
 end
 
@@ -487,7 +527,7 @@ end
 local function remove_raw(id, raw)
   local s, _, _, x, f, tl, _, at = string.match(raw, HEAD)
   local topic = string.sub(raw, at, at + tl - 1)
-  f = tonumber(f)
+  f = num(f)
   leave_as(id, s, x, topic, f)
   put(id, false)
   if f % 4 >= 2 then
@@ -543,21 +583,25 @@ local WAKE_TTL_MS = '60000'
 -- the cap (ARGV[1]).
 local function signal_key(key, n)
   local len = redis.call('LLEN', key)
-  local room = tonumber(ARGV[1]) - len
+  local room = num(ARGV[1]) - len
   if n > room then
     n = room
   end
   if n <= 0 then
     return
   end
-  local tokens = {}
-  for i = 1, math.min(n, 200) do
-    tokens[i] = '1'
-  end
-  while n > 0 do
-    local batch = math.min(n, 200)
-    redis.call('RPUSH', key, unpack(tokens, 1, batch))
-    n = n - batch
+  if n == 1 then
+    redis.call('RPUSH', key, '1')
+  else
+    local tokens = {}
+    for i = 1, math.min(n, 200) do
+      tokens[i] = '1'
+    end
+    while n > 0 do
+      local batch = math.min(n, 200)
+      redis.call('RPUSH', key, unpack(tokens, 1, batch))
+      n = n - batch
+    end
   end
   if len == 0 then
     redis.call('PEXPIRE', key, WAKE_TTL_MS)
@@ -567,7 +611,20 @@ end
 -- emit runs cmd on key with the fixed arguments pre (0 to 2), then args in
 -- chunks of per.
 local function emit(cmd, key, pre1, pre2, args, per)
-  for i = 1, #args, per do
+  local n = #args
+  if n <= per then
+    if n == 0 then
+      return
+    elseif pre2 then
+      redis.call(cmd, key, pre1, pre2, unpack(args))
+    elseif pre1 then
+      redis.call(cmd, key, pre1, unpack(args))
+    else
+      redis.call(cmd, key, unpack(args))
+    end
+    return
+  end
+  for i = 1, n, per do
     local last = math.min(i + per - 1, #args)
     if pre2 then
       redis.call(cmd, key, pre1, pre2, unpack(args, i, last))
@@ -579,30 +636,27 @@ local function emit(cmd, key, pre1, pre2, args, per)
   end
 end
 
--- write_index writes the pending index changes: with adding, the entries
--- added (ZADD, every score 0), else those removed (ZREM).
+-- write_index writes the pending index changes (see index_op): with
+-- adding, the entries added (ZADD, every score 0), else those removed
+-- (ZREM).
 local function write_index(index, adding)
   if not index then
     return
   end
-  for k = 2, 6 do -- the indexes, KEYS[2..6]
-    local key = KEYS[k]
-    local ops = index[key]
-    if ops then
-      local args = {}
-      for m, present in pairs(ops) do
-        if present == adding then
-          if adding then
-            args[#args + 1] = '0'
-          end
-          args[#args + 1] = m
+  for _, key in ipairs(index) do
+    local args = {}
+    for m, present in pairs(index[key]) do
+      if present == adding then
+        if adding then
+          args[#args + 1] = '0'
         end
+        args[#args + 1] = m
       end
-      if adding then
-        emit('ZADD', key, nil, nil, args, 800)
-      else
-        emit('ZREM', key, nil, nil, args, 400)
-      end
+    end
+    if adding then
+      emit('ZADD', key, nil, nil, args, 800)
+    else
+      emit('ZREM', key, nil, nil, args, 400)
     end
   end
 end
@@ -624,9 +678,9 @@ local function flush()
   end
   local timers = pend.timers
   if timers then
-    local args = {}
+    local args, texts = {}, pend.timer_texts
     for _, topic in ipairs(timers) do
-      args[#args + 1] = int(timers[topic])
+      args[#args + 1] = texts[topic] or int(timers[topic])
       args[#args + 1] = topic
     end
     emit('ZADD', KEYS[7], 'LT', nil, args, 400)

@@ -9,9 +9,10 @@
 -- a job is delivered by the webhook dispatchers, never by pop).
 -- Reply: {now ms, then per job: due ms, status} with status 0 created,
 -- 1 replaced, 2 left alone because it existed (if_absent).
-local n = tonumber(ARGV[ARG])
+local n = num(ARGV[ARG])
 local now, due_base = clock()
 local now_text = int(now)
+local due_base_text -- int(due_base), printed once
 local ids = {}
 for j = 0, n - 1 do
   ids[j + 1] = ARGV[ARG + 1 + j * 9]
@@ -21,7 +22,7 @@ local reply = {now}
 for j = 0, n - 1 do
   local base = ARG + 1 + j * 9
   local id, topic = ARGV[base], ARGV[base + 1]
-  local delay_ms = tonumber(ARGV[base + 2])
+  local delay_ms = num(ARGV[base + 2])
   local old = get_raw(id)
   if old == false then
     old = get(id) -- decoded by an earlier job of this call
@@ -43,9 +44,12 @@ for j = 0, n - 1 do
       status = 1
       remove_raw(id, old)
     end
-    local s, x
+    -- due_text is int(due), which is time13(due) from 2001 on.
+    local s, x, due_text
     if delay_ms == 0 then
       s, x = 'ready', ready_position()
+      due_base_text = due_base_text or int(due_base)
+      due_text = due_base_text
       if ARGV[base + 8] ~= '' then
         signal(nil, 1)
       else
@@ -53,6 +57,7 @@ for j = 0, n - 1 do
       end
     else
       s, x = 'delay', time13(due)
+      due_text = due >= 1e12 and x or int(due)
     end
     local retry, cb, body = ARGV[base + 5], ARGV[base + 8], ARGV[base + 4]
     local f, bl = 4, #body
@@ -65,9 +70,9 @@ for j = 0, n - 1 do
       body = ''
     end
     -- A replaced job's separate body was marked for deletion by remove.
-    put(id, record(s, '0', int(due), x, f, topic, '', ARGV[base + 3] .. ',' .. now_text .. ',' .. ARGV[base + 6] .. ',' ..
-      #retry .. ',' .. #cb .. ',' .. bl .. ':' .. retry .. cb .. body))
-    enter_as(id, s, x, topic, f)
+    put(id, record(s, '0', due_text, x, int(f), topic, '', ARGV[base + 3] .. ',' .. now_text .. ',' .. ARGV[base + 6] ..
+      ',' .. int(#retry) .. ',' .. int(#cb) .. ',' .. int(bl) .. ':' .. retry .. cb .. body))
+    enter_as(id, s, x, topic, f, due)
   end
   reply[#reply + 1] = due
   reply[#reply + 1] = status
