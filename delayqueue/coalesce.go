@@ -235,7 +235,9 @@ func (c *coalescer[T, R]) run(ctx context.Context, batch []*coalescedCall[T, R])
 // call holds one partition's items, three single-call slots did better than
 // two on the default 3 partitions (wrk push and pop-finish medians 6–20%
 // higher in two sets of 8 and 10 rounds side by side, though not in every
-// round; Redis' CPU per job the same), and one lost 12–18%.
+// round; Redis' CPU per job the same), and one lost 12–18%. Once the
+// scripts' calls cost less, a cluster primary holding 4 partitions did
+// better with two (see singleSlotsFor).
 //
 // The partitions on one Redis server share their lanes' slots (laneGroup):
 // the single-call script calls of a kind in flight are bounded per server,
@@ -253,13 +255,15 @@ type laneGroup[T any, R any] struct {
 	single, batch *slotGroup[T, R]
 }
 
-func newLaneGroup[T any, R any]() *laneGroup[T, R] {
-	return &laneGroup[T, R]{single: newSlotGroup[T, R](singleSlots), batch: newSlotGroup[T, R](batchSlots)}
+// newLaneGroup makes the slots: single for calls of one item, batchSlots
+// for larger ones.
+func newLaneGroup[T any, R any](single int) *laneGroup[T, R] {
+	return &laneGroup[T, R]{single: newSlotGroup[T, R](single), batch: newSlotGroup[T, R](batchSlots)}
 }
 
-// newLanes makes lanes with slots of their own.
+// newLanes makes lanes with slots of their own (singleSlots and batchSlots).
 func newLanes[T any, R any](maxSize int, size func(T) int, exec func(context.Context, []T) ([]R, error)) *lanes[T, R] {
-	return newLaneGroup[T, R]().lanes(maxSize, size, exec)
+	return newLaneGroup[T, R](singleSlots).lanes(maxSize, size, exec)
 }
 
 // lanes makes lanes sharing the group's slots.

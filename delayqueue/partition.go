@@ -41,12 +41,14 @@ type serverLanes struct {
 	deletes  *laneGroup[[]any, []removal]
 }
 
-func newServerLanes() *serverLanes {
+// newServerLanes makes them with single slots for single-item calls of
+// each kind (see singleSlotsFor).
+func newServerLanes(single int) *serverLanes {
 	return &serverLanes{
-		pushes:   newLaneGroup[pushCall, pushReply](),
-		claims:   newLaneGroup[claimBatch, [][]*Delivery](),
-		finishes: newLaneGroup[[]any, []removal](),
-		deletes:  newLaneGroup[[]any, []removal](),
+		pushes:   newLaneGroup[pushCall, pushReply](single),
+		claims:   newLaneGroup[claimBatch, [][]*Delivery](single),
+		finishes: newLaneGroup[[]any, []removal](single),
+		deletes:  newLaneGroup[[]any, []removal](single),
 	}
 }
 

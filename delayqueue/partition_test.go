@@ -358,3 +358,49 @@ func TestPopsTakeTurnsOverThePartitions(t *testing.T) {
 		}
 	})
 }
+
+// The partitions on one Redis server share its script calls' slots: one
+// group per server, with singleSlots single-call slots while it holds at
+// most that many partitions and crowdedSingleSlots when it holds more.
+func TestPartitionsShareTheirServersSlots(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		rdb := r.client(t)
+		for _, size := range []int{1, 3, 12} {
+			q := newQueue(t, rdb, r.queueOptions(Options{BucketSize: size, BucketName: "dq_bucket_%d",
+				QueueName: "dq_queue_%s"}), redistest.Logger(t))
+			held := map[string]int{}
+			groups := map[string]*slotGroup[pushCall, pushReply]{}
+			for _, p := range q.partitions {
+				server := serverOf(rdb, p.key())
+				held[server]++
+				g := p.pushes.single.group
+				if groups[server] == nil {
+					groups[server] = g
+				} else if groups[server] != g {
+					t.Fatalf("%d partitions: two partitions on server %q have slots of their own", size, server)
+				}
+				if p.claims.single.group.slots != g.slots || p.finishes.single.group.slots != g.slots ||
+					p.deletes.single.group.slots != g.slots {
+					t.Fatalf("%d partitions: the kinds of calls of partition %d have different slots", size, p.number)
+				}
+			}
+			if r.cluster == nil && len(groups) != 1 {
+				t.Fatalf("%d partitions on one Redis: %d slot groups, want 1", size, len(groups))
+			}
+			for server, g := range groups {
+				want := singleSlots
+				if held[server] > singleSlots {
+					want = crowdedSingleSlots
+				}
+				if g.slots != want {
+					t.Errorf("%d partitions: a server holding %d has %d single-call slots, want %d",
+						size, held[server], g.slots, want)
+				}
+			}
+			if r.cluster == nil && size == 12 && groups[""].slots != crowdedSingleSlots {
+				t.Errorf("12 partitions on one Redis: %d single-call slots, want %d", groups[""].slots, crowdedSingleSlots)
+			}
+		}
+	})
+}

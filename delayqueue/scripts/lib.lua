@@ -69,7 +69,6 @@ local WAKE, ARG
 -- never early).
 local clock_ms, clock_ceil
 
-
 local function clock()
   if not clock_ms then
     local t = redis.call('TIME')
