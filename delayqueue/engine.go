@@ -180,16 +180,16 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 	loops := loopsPerPartition(opts.BucketSize)
 	q.waiters = newWaiterRegistry(loops)
 	q.health = newLoopMonitor(logger, q.obs, time.Now, loopKinds(opts)...)
-	tags, serverOfTag := make([]string, opts.BucketSize), make([]string, opts.BucketSize)
+	tags, serverOfPartition := make([]string, opts.BucketSize), make([]string, opts.BucketSize)
 	held := map[string]int{} // partitions per server
 	for i := range tags {
 		tags[i] = keys.partitionTag(i+1, opts.BucketSize)
-		serverOfTag[i] = serverOf(rdb, keys.partitionKeys(tags[i])[keyJobs])
-		held[serverOfTag[i]]++
+		serverOfPartition[i] = serverOf(rdb, keys.partitionKeys(tags[i])[keyJobs])
+		held[serverOfPartition[i]]++
 	}
 	servers := map[string]*serverLanes{}
 	for i, tag := range tags {
-		server := serverOfTag[i]
+		server := serverOfPartition[i]
 		if servers[server] == nil {
 			servers[server] = newServerLanes(singleSlotsFor(held[server]))
 		}
