@@ -611,20 +611,12 @@ end
 -- chunks of per.
 local function emit(cmd, key, pre1, pre2, args, per)
   local n = #args
-  if n <= per then
-    if n == 0 then
-      return
-    elseif pre2 then
-      redis.call(cmd, key, pre1, pre2, unpack(args))
-    elseif pre1 then
-      redis.call(cmd, key, pre1, unpack(args))
-    else
-      redis.call(cmd, key, unpack(args))
-    end
-    return
-  end
   for i = 1, n, per do
-    local last = math.min(i + per - 1, #args)
+    -- min(i + per - 1, n), without math.min's C call
+    local last = i + per - 1
+    if last > n then
+      last = n
+    end
     if pre2 then
       redis.call(cmd, key, pre1, pre2, unpack(args, i, last))
     elseif pre1 then
