@@ -7,7 +7,8 @@ LDFLAGS := -X main.version=$(VERSION)
 # whole run room, but not forever.
 TEST_TIMEOUT ?= 15m
 FUZZ_TIME    ?= 30s
-# make bench CLUSTER=3 runs the benchmark on a local cluster of 3 primaries.
+# make bench CLUSTER=3 runs the benchmark on a local cluster of 3 primaries
+# (CLUSTER=1: on a cluster of one node holding every slot).
 CLUSTER      ?= 0
 # make bench-compare BASE=<an older build's delay-queue> ROUNDS=10
 ROUNDS       ?= 5

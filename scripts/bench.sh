@@ -12,7 +12,10 @@
 # create), and the server with redis.cluster_addrs and redis.db = 0;
 # dq-bench then reads and empties every primary and prints each one's share
 # of the Redis CPU. Replicas would only double Redis' CPU on a small machine
-# and say nothing of the design.
+# and say nothing of the design. CLUSTER=1 is a cluster of one primary that
+# holds every slot (CLUSTER ADDSLOTSRANGE): the server's and Redis' cluster
+# code on one process, to tell what cluster mode costs from what the split
+# over several processes costs.
 #
 # Usage: scripts/bench.sh [dq-bench flags]   e.g. scripts/bench.sh -quick
 # Environment:
@@ -20,7 +23,8 @@
 #   SKIP_BUILD=1        use the binaries already in BIN_DIR
 #   SERVER_BIN          the server binary to measure (default
 #                       BIN_DIR/delay-queue), e.g. an older build's
-#   CLUSTER=N           a cluster of N primaries (default 0: one Redis)
+#   CLUSTER=N           a cluster of N primaries (default 0: one Redis; 1: a
+#                       cluster of one node holding every slot)
 #   BUCKET_SIZE=N       the server's bucket_size, its partitions (default
 #                       unset: the server's default, 3, or 12 on a cluster)
 #   REDIS_BENCH_REQUESTS  redis-benchmark's requests (default 200000)
@@ -45,8 +49,8 @@ use_wrk=${WRK:-0}
 # phase), and the tool as many on its side.
 open_files=20000
 
-if [[ ! $cluster_size =~ ^[0-9]+$ ]] || ((cluster_size != 0 && cluster_size < 3)); then
-	echo "bench: CLUSTER=$cluster_size: a cluster needs at least 3 primaries (0: one standalone Redis)" >&2
+if [[ ! $cluster_size =~ ^[0-9]+$ ]] || ((cluster_size == 2)); then
+	echo "bench: CLUSTER=$cluster_size: redis-cli --cluster create needs at least 3 primaries (0: one standalone Redis; 1: a cluster of one node)" >&2
 	exit 1
 fi
 for tool in "$go_cmd" redis-server redis-benchmark redis-cli; do
@@ -161,11 +165,19 @@ else
 		start_redis "redis$n" --cluster-enabled yes --cluster-config-file nodes.conf \
 			--cluster-port "$("$bin_dir/dq-bench" -free-port)"
 	done
-	echo "bench: forming a cluster of ${redis_addrs[*]} without replicas" >&2
-	redis-cli --cluster create "${redis_addrs[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log"
+	if ((cluster_size == 1)); then
+		echo "bench: a cluster of one node, ${redis_addrs[0]}, holding every slot" >&2
+		redis-cli -h 127.0.0.1 -p "${redis_addrs[0]##*:}" cluster addslotsrange 0 16383 >"$work/cluster-create.log"
+	else
+		echo "bench: forming a cluster of ${redis_addrs[*]} without replicas" >&2
+		redis-cli --cluster create "${redis_addrs[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log"
+	fi
 	wait_until "the cluster (cluster_state:ok on every node)" cluster_ok
 	redis_db=0
+	# redis-benchmark --cluster refuses a cluster of one node, which serves
+	# every key itself anyway.
 	redis_bench_mode=(--cluster)
+	if ((cluster_size == 1)); then redis_bench_mode=(); fi
 fi
 redis_port=${redis_addrs[0]##*:}
 
