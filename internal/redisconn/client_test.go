@@ -371,6 +371,48 @@ func TestDoDoesNotRepeatAPipelineThatRan(t *testing.T) {
 	}
 }
 
+// A pipeline whose connection fails after one command was refused is not
+// run again: the commands after the refusal may have run (a pipeline of
+// several partitions' scripts, see delayqueue/pipeline.go).
+func TestDoDoesNotRepeatAPipelineCutShort(t *testing.T) {
+	t.Parallel()
+	fc := &fakeCluster{}
+	b := fc.node(t, serveConstant("b"))
+	a := fc.node(t, func(_ *fakeSession, args []string) string {
+		if args[1] == "k" {
+			return respErr(fmt.Sprintf("MOVED %d %s", Slot("k"), b.addr))
+		}
+		return "" // the connection breaks
+	})
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+	c, _ := newTestClient(t, a.addr)
+
+	err := c.Do(context.Background(), "k", func(conn redis.Conn) error {
+		for _, k := range []string{"k", "j"} {
+			if err := conn.Send("SET", k, "v"); err != nil {
+				return err
+			}
+		}
+		if err := conn.Flush(); err != nil {
+			return err
+		}
+		if _, err := conn.Receive(); RedirectKind(err) != RedirectMoved {
+			return fmt.Errorf("first reply %v, want MOVED", err)
+		}
+		_, err := conn.Receive()
+		return err
+	})
+	if err == nil || RedirectKind(err) != "" {
+		t.Fatalf("Do = %v, want the connection's error", err)
+	}
+	if got := a.received(); !slices.Equal(got, []string{"SET k v", "SET j v"}) {
+		t.Errorf("a received %q, want the two SETs once", got)
+	}
+	if got := b.received(); len(got) != 0 {
+		t.Errorf("b received %q, want nothing", got)
+	}
+}
+
 // A connection lost after a command was sent is not retried (the command
 // may have run) but makes the client fetch the map; once the dead node's
 // slots are served elsewhere, calls succeed again, Dial included.

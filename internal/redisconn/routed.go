@@ -54,9 +54,12 @@ func (c *routedConn) note(reply any, err error) (any, error) {
 		// An error reply from a command that ran (a script failing half-way)
 		// or was refused for its arguments: either way it is f's business.
 		c.ran = true
+	default:
+		// The connection failed: what was sent may have run. Alone, a
+		// command cut off so is not retried anyway (nothing was refused);
+		// after another's refusal in a pipeline, neither may run again.
+		c.ran = true
 	}
-	// Connection errors need no note: the connection is broken, Do sees it
-	// through Err and does not retry.
 	return reply, err
 }
 
