@@ -466,3 +466,81 @@ func TestCoalescersOfAGroupShareItsSlots(t *testing.T) {
 		t.Errorf("script calls ran in the order %s, want [a b a]: the slot goes to the other partition first", got)
 	}
 }
+
+// Under concurrent single pushes, pops and finishes on 12 partitions (12
+// on one Redis, 4 per primary on the cluster: crowded servers, whose
+// partitions share 2 single calls of a kind in flight), every job is
+// delivered once and finished.
+func TestCrowdedServersLoseAndRepeatNothing(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 12 })
+		ctx := context.Background()
+		const jobs, workers = 240, 24
+		var wg sync.WaitGroup
+		pushErrs := make(chan error, jobs)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := w; n < jobs; n += workers {
+					if _, err := q.Push(ctx, Job{Topic: "crowd", ID: fmt.Sprintf("c-%d", n), TTR: time.Minute}); err != nil {
+						pushErrs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(pushErrs)
+		for err := range pushErrs {
+			t.Fatalf("push: %v", err)
+		}
+
+		var mu sync.Mutex
+		seen := map[string]int{}
+		deadline := time.Now().Add(30 * time.Second)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					mu.Lock()
+					all := len(seen) == jobs
+					mu.Unlock()
+					if all {
+						return
+					}
+					d, err := q.Pop(ctx, []string{"crowd"}, 0)
+					if err != nil {
+						t.Errorf("pop: %v", err)
+						return
+					}
+					if d == nil {
+						continue
+					}
+					mu.Lock()
+					seen[d.ID]++
+					mu.Unlock()
+					if err := q.Finish(ctx, d.ID); err != nil {
+						t.Errorf("finish %s: %v", d.ID, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if len(seen) != jobs {
+			t.Fatalf("%d of %d jobs delivered", len(seen), jobs)
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Errorf("job %s delivered %d times", id, n)
+			}
+		}
+		for id := range seen {
+			if info, err := q.Get(ctx, id); err != nil || info != nil {
+				t.Errorf("Get(%s) after its finish = %+v, %v; want nothing", id, info, err)
+			}
+		}
+	})
+}
