@@ -472,19 +472,45 @@ func TestStopWaitingAnswersHeldPops(t *testing.T) {
 	})
 }
 
+// Two queues on one Redis, pushing and popping at once, deliver every job
+// once: with the default 3 partitions, and with 12, where the partitions
+// on one server (12 on one Redis, 4 per primary on the cluster) share 2
+// single calls of a kind in flight.
 func TestTwoQueuesNoDuplicates(t *testing.T) {
 	t.Parallel()
+	for _, partitions := range []int{3, 12} {
+		t.Run(fmt.Sprintf("partitions=%d", partitions), func(t *testing.T) {
+			t.Parallel()
+			testTwoQueuesNoDuplicates(t, partitions)
+		})
+	}
+}
+
+func testTwoQueuesNoDuplicates(t *testing.T, partitions int) {
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		qa := newTestQueue(t, r)
-		qb := newTestQueue(t, r)
-		const n = 400
-		for i := 0; i < n; i++ {
+		bucketSize := func(o *Options) { o.BucketSize = partitions }
+		qa := newTestQueue(t, r, bucketSize)
+		qb := newTestQueue(t, r, bucketSize)
+		const n, pushers = 400, 8
+		var pushing sync.WaitGroup
+		for p := range pushers {
 			q := qa
-			if i%2 == 1 {
+			if p%2 == 1 {
 				q = qb
 			}
-			mustPush(t, q, Job{Topic: "shared", ID: fmt.Sprintf("j%d", i), Delay: time.Duration(i%5) * 100 * time.Millisecond})
+			pushing.Add(1)
+			go func() {
+				defer pushing.Done()
+				for i := p; i < n; i += pushers {
+					job := Job{Topic: "shared", ID: fmt.Sprintf("j%d", i), TTR: 30 * time.Second,
+						Delay: time.Duration(i%5) * 100 * time.Millisecond}
+					if _, err := q.Push(context.Background(), job); err != nil {
+						t.Errorf("push %s: %v", job.ID, err)
+					}
+				}
+			}()
 		}
+		pushing.Wait()
 		var mu sync.Mutex
 		seen := map[string]int{}
 		var wg sync.WaitGroup
