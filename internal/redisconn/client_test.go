@@ -372,8 +372,8 @@ func TestDoDoesNotRepeatAPipelineThatRan(t *testing.T) {
 }
 
 // A pipeline whose connection fails after one command was refused is not
-// run again: the commands after the refusal may have run (a pipeline of
-// several partitions' scripts, see delayqueue/pipeline.go).
+// run again: the commands after the refusal may have run (and a pipeline
+// need not be safe to repeat once part of it ran).
 func TestDoDoesNotRepeatAPipelineCutShort(t *testing.T) {
 	t.Parallel()
 	fc := &fakeCluster{}
