@@ -168,16 +168,16 @@ else
 	if ((cluster_size == 1)); then
 		echo "bench: a cluster of one node, ${redis_addrs[0]}, holding every slot" >&2
 		redis-cli -h 127.0.0.1 -p "${redis_addrs[0]##*:}" cluster addslotsrange 0 16383 >"$work/cluster-create.log"
+		# redis-benchmark --cluster refuses a cluster of one node, which
+		# serves every key itself anyway.
+		redis_bench_mode=()
 	else
 		echo "bench: forming a cluster of ${redis_addrs[*]} without replicas" >&2
 		redis-cli --cluster create "${redis_addrs[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log"
+		redis_bench_mode=(--cluster)
 	fi
 	wait_until "the cluster (cluster_state:ok on every node)" cluster_ok
 	redis_db=0
-	# redis-benchmark --cluster refuses a cluster of one node, which serves
-	# every key itself anyway.
-	redis_bench_mode=(--cluster)
-	if ((cluster_size == 1)); then redis_bench_mode=(); fi
 fi
 redis_port=${redis_addrs[0]##*:}
 

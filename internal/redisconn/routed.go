@@ -50,14 +50,12 @@ func (c *routedConn) note(reply any, err error) (any, error) {
 		if c.first == nil && replyCode(err) != "NOSCRIPT" {
 			c.first = err
 		}
-	case replyCode(err) != "":
-		// An error reply from a command that ran (a script failing half-way)
-		// or was refused for its arguments: either way it is f's business.
-		c.ran = true
 	default:
-		// The connection failed: what was sent may have run. Alone, a
-		// command cut off so is not retried anyway (nothing was refused);
-		// after another's refusal in a pipeline, neither may run again.
+		// An error reply from a command that ran (a script failing
+		// half-way) or was refused for its arguments, which is f's
+		// business; or a failed connection, after which what was sent may
+		// have run, so that even after another command's refusal in a
+		// pipeline, none may run again.
 		c.ran = true
 	}
 	return reply, err
