@@ -2,7 +2,8 @@
 # bench.sh runs the performance benchmark (make bench): it builds the server
 # and the load tool, starts a throwaway redis-server and the server on free
 # loopback ports, measures redis-benchmark's SET and LPOP rates on that same
-# Redis, then runs tools/dq-bench, which prints every figure as
+# Redis and the Redis CPU of a plain SET at 50 and at 4 clients (the
+# phases' yardstick), then runs tools/dq-bench, which prints every figure as
 # "name value unit", throughputs also as a ratio to SET req/s, and each
 # phase's Redis CPU per job. Everything it started is stopped on exit, by
 # PID.
@@ -196,6 +197,35 @@ if [[ -z $set_rps ]]; then
 	exit 1
 fi
 echo "redis-lpop $lpop_rps req/s"
+
+# redis_cpu_seconds is used_cpu_user + used_cpu_sys summed over the
+# primaries.
+redis_cpu_seconds() {
+	local addr
+	for addr in "${redis_addrs[@]}"; do
+		redis-cli -h 127.0.0.1 -p "${addr##*:}" info cpu
+	done | tr -d '\r' | awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f", s }'
+}
+
+# The Redis CPU of a plain SET, over every primary (random keys, so that on
+# a cluster they spread over the slots as the server's partitions do), at
+# 50 clients and at 4. It is the yardstick for the phases' Redis CPU per
+# job in the same run: how much a request costs depends on how many arrive
+# together (a wake-up of Redis' event loop serves all that have come), and
+# a cluster splits what arrives over its primaries, so at the few calls in
+# flight that a server keeps per primary the same SET costs a cluster more
+# per request than one Redis.
+for clients in 50 4; do
+	before=$(redis_cpu_seconds)
+	redis-benchmark "${redis_bench_mode[@]}" -h 127.0.0.1 -p "$redis_port" -q -t set -r 1000000 \
+		-n "$redis_bench_requests" -c "$clients" >/dev/null
+	after=$(redis_cpu_seconds)
+	awk -v b="$before" -v a="$after" -v n="$redis_bench_requests" -v c="$clients" \
+		'BEGIN { printf "redis-set-cpu-c%d %.2f us/req\n", c, (a - b) / n * 1e6 }'
+done
+for addr in "${redis_addrs[@]}"; do
+	redis-cli -h 127.0.0.1 -p "${addr##*:}" flushall >/dev/null
+done
 
 server_port=$("$bin_dir/dq-bench" -free-port)
 if ((cluster_size == 0)); then
