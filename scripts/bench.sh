@@ -199,12 +199,9 @@ fi
 echo "redis-lpop $lpop_rps req/s"
 
 # redis_cpu_seconds is used_cpu_user + used_cpu_sys summed over the
-# primaries.
+# primaries, as dq-bench reads them for its phases.
 redis_cpu_seconds() {
-	local addr
-	for addr in "${redis_addrs[@]}"; do
-		redis-cli -h 127.0.0.1 -p "${addr##*:}" info cpu
-	done | tr -d '\r' | awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f", s }'
+	"$bin_dir/dq-bench" -redis "${redis_addrs[0]}" -redis-db "$redis_db" -redis-cpu
 }
 
 # The Redis CPU of a plain SET, over every primary (random keys, so that on

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -237,6 +238,18 @@ func TestInspectorOnACluster(t *testing.T) {
 	}
 	cpu, err := r.cpuSeconds()
 	if err != nil || len(cpu) != 3 {
-		t.Errorf("cpuSeconds = %v, %v; want one figure per primary", cpu, err)
+		t.Fatalf("cpuSeconds = %v, %v; want one figure per primary", cpu, err)
+	}
+	// dq-bench -redis-cpu, which scripts/bench.sh reads around its
+	// redis-benchmark runs, prints the sum over the primaries: no less than
+	// the three clocks read before it (one node's alone would be).
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-redis", cluster.Addrs()[2], "-redis-db", "0", "-redis-cpu"},
+		&out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	printed, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
+	if sum := cpu[0] + cpu[1] + cpu[2]; err != nil || printed < sum {
+		t.Errorf("-redis-cpu printed %q, want the primaries' sum, at least %.6f", out.String(), sum)
 	}
 }

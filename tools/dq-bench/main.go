@@ -129,6 +129,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flags.StringVar(&s.floorURL, "floor-url", "", "base `URL` of an empty server (dq-bench -serve-floor) for the http-floor phase")
 	serveFloorAddr := flags.String("serve-floor", "", "run the http-floor phase's empty server on `host:port` until interrupted, and nothing else")
 	freePort := flags.Bool("free-port", false, "print a free loopback TCP port and exit (for scripts)")
+	redisCPU := flags.Bool("redis-cpu", false,
+		"print the CPU seconds (used_cpu_user + used_cpu_sys) summed over the primaries of -redis and exit (for scripts)")
 	flags.DurationVar(&s.latenessSpread, "lateness-spread", 3*time.Second, "lateness: due times spread over this long")
 	flags.DurationVar(&s.heldSettle, "held-settle", 2*time.Second,
 		"held-pops: wait this long after the last /pop was sent, for the server to register it")
@@ -171,6 +173,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout, port)
 		return nil
+	}
+	if *redisCPU {
+		return printRedisCPU(stdout, s)
 	}
 	if *quick {
 		given := map[string]bool{}

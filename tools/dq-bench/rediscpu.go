@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 )
@@ -101,4 +102,25 @@ func formatPercent(share float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1f", 100*share)
+}
+
+// printRedisCPU prints the CPU seconds of every primary of s.redisAddr,
+// summed: the reading scripts/bench.sh takes around its redis-benchmark
+// runs.
+func printRedisCPU(out io.Writer, s settings) error {
+	r, err := dialRedis(s.redisAddr, s.redisDB, s.redisPassword, s.keyPrefix)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	seconds, err := r.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	var total float64
+	for _, v := range seconds {
+		total += v
+	}
+	_, err = fmt.Fprintf(out, "%.6f\n", total)
+	return err
 }
