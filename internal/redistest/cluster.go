@@ -117,7 +117,7 @@ func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []st
 	t.Helper()
 	var lastErr error
 	for range 10 {
-		port := 10000 + rand.IntN(22000)
+		port := belowEphemeralPort()
 		if !portFree(port) || !portFree(port+10000) {
 			continue
 		}
@@ -138,6 +138,11 @@ func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []st
 	t.Fatalf("start a cluster node: %v", lastErr)
 	return nil
 }
+
+// belowEphemeralPort picks a port at random from 10000 to 31999: below the
+// kernel's ephemeral ports, which the kernel hands out to listeners on port
+// 0 and to connections, and, plus 10000, a valid cluster bus port.
+func belowEphemeralPort() int { return 10000 + rand.IntN(22000) }
 
 // portFree reports whether a listener could take 127.0.0.1:port now.
 func portFree(port int) bool {

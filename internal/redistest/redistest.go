@@ -37,9 +37,20 @@ type Server struct {
 	tls *tls.Config
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, taken
+// below the kernel's range of ephemeral ports (32768 and up on Linux), as
+// the cluster nodes' are. A port of that range, once its listener closes,
+// may go at once to another test's listener on port 0 or to the source
+// port of a connection, and the process started on it then exits with
+// "address already in use" (seen in a clean-clone CI run, TestProcessOperations).
+// Past 100 ports found taken, it takes one from the kernel.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	for range 100 {
+		if port := belowEphemeralPort(); portFree(port) {
+			return port
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("find a free port: %v", err)
