@@ -111,14 +111,15 @@ func startCluster(t testing.TB, files *TLSFiles, primaries, replicasPerPrimary i
 }
 
 // startClusterNode starts one node on a port p such that p and its cluster
-// bus port p+10000 are free, below the kernel's range of ephemeral ports.
+// bus port p+10000 are free, both below the kernel's range of ephemeral
+// ports (so that a node restarted on them finds them free).
 // With clientTLS the node listens for TLS only, on p.
 func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []string) *ClusterNode {
 	t.Helper()
 	var lastErr error
 	for range 10 {
-		port := belowEphemeralPort()
-		if !portFree(port) || !portFree(port+10000) {
+		port := belowEphemeralPort(clusterBusOffset)
+		if !portFree(port) || !portFree(port+clusterBusOffset) {
 			continue
 		}
 		s := &Server{Dir: t.TempDir(), Addr: "127.0.0.1:" + strconv.Itoa(port), args: append([]string{bin}, conf...), tls: clientTLS}
@@ -139,10 +140,15 @@ func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []st
 	return nil
 }
 
-// belowEphemeralPort picks a port at random from 10000 to 31999: below the
-// kernel's ephemeral ports, which the kernel hands out to listeners on port
-// 0 and to connections, and, plus 10000, a valid cluster bus port.
-func belowEphemeralPort() int { return 10000 + rand.IntN(22000) }
+// clusterBusOffset is what redis-server adds to a node's port for its
+// cluster bus port.
+const clusterBusOffset = 10000
+
+// belowEphemeralPort picks a port p at random from 10000 up such that
+// p+room is still below 32768, where Linux's ephemeral ports begin: the
+// kernel hands those out to listeners on port 0 and to the source ports of
+// connections, so a port of that range released for a moment may be taken.
+func belowEphemeralPort(room int) int { return 10000 + rand.IntN(32768-10000-room) }
 
 // portFree reports whether a listener could take 127.0.0.1:port now.
 func portFree(port int) bool {

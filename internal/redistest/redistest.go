@@ -47,7 +47,7 @@ type Server struct {
 func FreePort(t testing.TB) int {
 	t.Helper()
 	for range 100 {
-		if port := belowEphemeralPort(); portFree(port) {
+		if port := belowEphemeralPort(0); portFree(port) {
 			return port
 		}
 	}
