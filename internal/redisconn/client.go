@@ -133,8 +133,8 @@ func newClient(opts Options, logger *slog.Logger, obs Observer, refreshEvery tim
 		c.cancel()
 		return nil, fmt.Errorf("redis cluster at %s: %w", strings.Join(opts.ClusterAddrs, ","), err)
 	}
-	c.install(m)
 	obs.MapRefresh(true)
+	c.install(m)
 	go c.refreshLoop()
 	return c, nil
 }
@@ -538,8 +538,10 @@ func (c *Client) refresh() {
 		c.refreshFailing = true
 		return
 	}
-	c.install(m)
+	// Counted before it is installed: whoever routes by the new map (or
+	// reads the count after a call that did) finds the fetch counted.
 	c.obs.MapRefresh(true)
+	c.install(m)
 	if c.refreshFailing {
 		c.log.Info("fetched the redis cluster slot map again")
 		c.refreshFailing = false

@@ -465,6 +465,39 @@ func TestRefreshAfterANodeDies(t *testing.T) {
 	}
 }
 
+// A fetched map is counted before it is installed, so that a call routed
+// by it, and a read of the count after that call, find the fetch counted
+// (TestRefreshAfterANodeDies failed once in CI when the count came after).
+func TestMapRefreshIsCountedBeforeTheMapIsUsed(t *testing.T) {
+	t.Parallel()
+	fc := &fakeCluster{}
+	a := fc.node(t, serveConstant("a"))
+	b := fc.node(t, serveConstant("b"))
+	fc.setSlots(fakeRange{0, SlotCount - 1, a})
+	c, obs := newTestClient(t, a.addr, b.addr)
+	fc.setSlots(fakeRange{0, SlotCount - 1, b})
+	routedWhenCounted := make(chan string, 1)
+	obs.mu.Lock()
+	obs.onRefresh = func(ok bool) {
+		if ok {
+			select {
+			case routedWhenCounted <- c.ServerOf("k"):
+			default:
+			}
+		}
+	}
+	obs.mu.Unlock()
+	if err := c.awaitRefresh(context.Background()); err != nil {
+		t.Fatalf("refresh: %v", err)
+	}
+	if got := <-routedWhenCounted; got != a.addr {
+		t.Errorf("when the fetch was counted, calls were already routed to %s by the new map; want %s, the old", got, a.addr)
+	}
+	if got := c.ServerOf("k"); got != b.addr {
+		t.Errorf("after the refresh, calls go to %s, want %s", got, b.addr)
+	}
+}
+
 // A READONLY reply (the node was demoted) drops the connection, and the
 // call is retried once the map was fetched again.
 func TestDoAfterReadOnly(t *testing.T) {

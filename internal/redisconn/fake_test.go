@@ -217,12 +217,14 @@ func respBulk(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) 
 func respErr(s string) string  { return "-" + s + "\r\n" }
 
 // countingObserver counts routing events; onRedirect, when set, runs in
-// the goroutine that met the redirect, before the client acts on it.
+// the goroutine that met the redirect, before the client acts on it, and
+// onRefresh in the goroutine that fetched the map, when it counts it.
 type countingObserver struct {
 	mu         sync.Mutex
 	redirects  map[string]int
 	refreshes  map[bool]int
 	onRedirect func(kind string)
+	onRefresh  func(ok bool)
 }
 
 func newCountingObserver() *countingObserver {
@@ -241,8 +243,12 @@ func (o *countingObserver) Redirect(kind string) {
 
 func (o *countingObserver) MapRefresh(ok bool) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.refreshes[ok]++
+	hook := o.onRefresh
+	o.mu.Unlock()
+	if hook != nil {
+		hook(ok)
+	}
 }
 
 func (o *countingObserver) redirected(kind string) int {
