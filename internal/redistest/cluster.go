@@ -144,11 +144,20 @@ func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []st
 // cluster bus port.
 const clusterBusOffset = 10000
 
-// belowEphemeralPort picks a port p at random from 10000 up such that
-// p+room is still below 32768, where Linux's ephemeral ports begin: the
-// kernel hands those out to listeners on port 0 and to the source ports of
-// connections, so a port of that range released for a moment may be taken.
-func belowEphemeralPort(room int) int { return 10000 + rand.IntN(32768-10000-room) }
+// Test ports are picked from lowestTestPort up to below firstEphemeralPort,
+// where Linux's ephemeral ports begin: the kernel hands those out to
+// listeners on port 0 and to the source ports of connections, so a port of
+// that range released for a moment may be taken.
+const (
+	lowestTestPort     = 10000
+	firstEphemeralPort = 32768
+)
+
+// belowEphemeralPort picks a port p at random from lowestTestPort up such
+// that p+room is still below firstEphemeralPort.
+func belowEphemeralPort(room int) int {
+	return lowestTestPort + rand.IntN(firstEphemeralPort-lowestTestPort-room)
+}
 
 // portFree reports whether a listener could take 127.0.0.1:port now.
 func portFree(port int) bool {
