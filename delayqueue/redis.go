@@ -211,6 +211,9 @@ func (q *Queue) runScript(c redis.Conn, sc *script, args []any) (any, error) {
 	if sc.function != "" && !q.scriptsOnly.Load() {
 		args[0] = sc.function
 		reply, err := c.Do("FCALL", args...)
+		if err == nil {
+			return reply, nil // the hot path: no reply to classify
+		}
 		if redisconn.IsFunctionMissingReply(err) {
 			if err = q.scripts.lib.load(c); err == nil {
 				reply, err = c.Do("FCALL", args...)
