@@ -120,7 +120,7 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 				return err
 			}
 			for j, i := range idx {
-				results[i] = q.pushed(p, jobs[i], reply.now, reply.dueAndStatus[2*j], reply.dueAndStatus[2*j+1])
+				results[i] = q.pushed(p, jobs[i], reply.nowMicros, reply.dueAndStatus[2*j], reply.dueAndStatus[2*j+1])
 			}
 			return nil
 		},
@@ -140,14 +140,14 @@ func (q *Queue) PushBatch(ctx context.Context, jobs []Job) ([]PushResult, error)
 
 // pushed reads one job's outcome from its partition's reply, and wakes the
 // partition's scanner for a delayed job.
-func (q *Queue) pushed(p *partition, job Job, now, due, status int64) PushResult {
+func (q *Queue) pushed(p *partition, job Job, nowMicros, due, status int64) PushResult {
 	if status != int64(PushExists) {
 		q.obs.JobsPushed(job.Topic, 1)
 		// A job pushed with no delay went straight to ready: no scanner
 		// needs to run for it (due can still exceed now by the rounding
 		// up to whole milliseconds).
-		if job.Delay.Milliseconds() > 0 && due > now {
-			p.scanner.wakeBy(time.Now().Add(time.Duration(due-now) * time.Millisecond))
+		if wait := untilDue(due, nowMicros); job.Delay.Milliseconds() > 0 && wait > 0 {
+			p.scanner.wakeBy(time.Now().Add(wait))
 		}
 	}
 	return PushResult{Status: PushStatus(status), DueAt: time.UnixMilli(due)}
@@ -175,7 +175,7 @@ type pushCall struct {
 
 // pushReply is push.lua's reply for one pushCall.
 type pushReply struct {
-	now          int64
+	nowMicros    int64 // Redis' clock when the call ran
 	dueAndStatus []int64
 }
 
@@ -212,7 +212,7 @@ func (q *Queue) execPushes(ctx context.Context, p *partition, calls []pushCall) 
 	out := make([]pushReply, len(calls))
 	rest := reply[1:]
 	for i, c := range calls {
-		out[i] = pushReply{now: reply[0], dueAndStatus: rest[:2*len(c.jobs)]}
+		out[i] = pushReply{nowMicros: reply[0], dueAndStatus: rest[:2*len(c.jobs)]}
 		rest = rest[2*len(c.jobs):]
 	}
 	return out, nil

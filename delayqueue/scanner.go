@@ -57,9 +57,9 @@ func (s *scanner) wakeBy(at time.Time) {
 
 // moveResult is one move-due script reply.
 type moveResult struct {
-	handled int
-	nextDue int64 // ms, Redis clock; -1 when nothing is scheduled
-	now     int64 // ms, Redis clock
+	handled   int
+	nextDue   int64 // ms, Redis clock; -1 when nothing is scheduled
+	nowMicros int64 // Redis clock
 	// unexpected are the topics made ready that the call was not given,
 	// signalled after it (signal.lua).
 	unexpected []string
@@ -84,7 +84,7 @@ func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
 		return moveResult{}, fmt.Errorf("movedue.lua: reply: %w", err)
 	}
 	if r[3] >= 0 {
-		s.q.obs.ScanLag(time.Duration(r[2]-r[3]) * time.Millisecond)
+		s.q.obs.ScanLag(time.Duration(r[2]-r[3]*1000) * time.Microsecond)
 	}
 	rest := reply[5:]
 	expired := int(r[4])
@@ -106,7 +106,7 @@ func (s *scanner) moveDue(ctx context.Context) (moveResult, error) {
 	if len(topics) > 0 {
 		s.noteRecent(topics)
 	}
-	return moveResult{handled: int(r[0]), nextDue: r[1], now: r[2], unexpected: topics}, nil
+	return moveResult{handled: int(r[0]), nextDue: r[1], nowMicros: r[2], unexpected: topics}, nil
 }
 
 // noteRecent puts topics first in recent, in a new slice (a call may still
@@ -200,12 +200,20 @@ func (s *scanner) run(ctx context.Context) {
 		}
 		wait := interval
 		if r.nextDue >= 0 {
-			if d := time.Duration(r.nextDue-r.now) * time.Millisecond; d < wait {
-				wait = d
-			}
+			wait = min(wait, untilDue(r.nextDue, r.nowMicros))
 		}
 		s.sleepUntil(timer, time.Now().Add(wait))
 	}
+}
+
+// untilDue is how long after Redis' clock read nowMicros (µs) a time due
+// in whole ms comes. Counted from when the reply that read the clock
+// arrives, the wait ends at or after due on Redis' clock, never before,
+// and later only by the reply's time on its way. (From the clock in whole
+// ms, rounded down, it ended up to a ms later still: due jobs were made
+// ready half a ms late on average.)
+func untilDue(dueMs, nowMicros int64) time.Duration {
+	return time.Duration(dueMs*1000-nowMicros) * time.Microsecond
 }
 
 // sleepUntil arms the timer for at and records it as the next wake-up, so

@@ -127,3 +127,61 @@ func TestMoveKeepsTheTimerOfAJobItRescheduled(t *testing.T) {
 		})
 	})
 }
+
+func TestUntilDue(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name             string
+		dueMs, nowMicros int64
+		want             time.Duration
+	}{
+		{"due in the next ms, read late in this one", 1001, 1_000_700, 300 * time.Microsecond},
+		{"due in the next ms, read at its start", 1001, 1_000_000, time.Millisecond},
+		{"due later", 1500, 1_000_250, 499750 * time.Microsecond},
+		{"due now", 1000, 1_000_000, 0},
+		{"past due", 999, 1_000_400, -1400 * time.Microsecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := untilDue(c.dueMs, c.nowMicros); got != c.want {
+				t.Errorf("untilDue(%d, %d) = %v, want %v", c.dueMs, c.nowMicros, got, c.want)
+			}
+		})
+	}
+}
+
+// push.lua and movedue.lua report Redis' clock in microseconds, which the
+// server's timers count from: the test's clock and Redis' are the same
+// host's, so the reading falls between the test's readings before and
+// after the call (give or take a clock step, far less than the factor of
+// a thousand a reading in ms would be off by).
+func TestScriptsReadTheClockInMicroseconds(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), redistest.Logger(t))
+		p := q.partitions[0]
+		within := func(what string, before time.Time, micros int64) {
+			t.Helper()
+			after := time.Now()
+			const slack = time.Minute
+			if got := time.UnixMicro(micros); got.Before(before.Add(-slack)) || got.After(after.Add(slack)) {
+				t.Errorf("%s read the clock as %d µs (%v), want between %v and %v", what, micros, got, before, after)
+			}
+		}
+		before := time.Now()
+		replies, err := q.execPushes(t.Context(), p, []pushCall{{jobs: []*Job{{Topic: "clock", ID: "c1", Delay: time.Second, TTR: time.Minute}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		within("push.lua", before, replies[0].nowMicros)
+		if due := replies[0].dueAndStatus[0]; untilDue(due, replies[0].nowMicros) <= 0 || untilDue(due, replies[0].nowMicros) > time.Second+time.Millisecond {
+			t.Errorf("push.lua: due %d ms is %v after its clock, want (0, 1.001s]", due, untilDue(due, replies[0].nowMicros))
+		}
+		before = time.Now()
+		res, err := p.scanner.moveDue(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		within("movedue.lua", before, res.nowMicros)
+	})
+}

@@ -66,16 +66,19 @@ local WAKE, ARG
 
 -- clock reads the one clock every instance shares, Redis TIME, once per
 -- call: now in ms rounded down, and rounded up (for due times: a job is
--- never early).
-local clock_ms, clock_ceil
+-- never early), and in microseconds (for the server's timers: a scanner
+-- that slept from the ms rounded down would wake up to a ms late).
+local clock_ms, clock_ceil, clock_us
 
 local function clock()
   if not clock_ms then
     local t = redis.call('TIME')
-    local s, us = tonumber(t[1]) * 1000, tonumber(t[2])
+    local sec, us = tonumber(t[1]), tonumber(t[2])
+    local s = sec * 1000
     clock_ms, clock_ceil = s + math.floor(us / 1000), s + math.ceil(us / 1000)
+    clock_us = sec * 1000000 + us
   end
-  return clock_ms, clock_ceil
+  return clock_ms, clock_ceil, clock_us
 end
 
 -- int renders a number as a decimal integer string (Redis' Lua and
@@ -124,7 +127,7 @@ local function begin_record()
   for i = 1, ARG - 5 do
     WAKE[ARGV[4 + i]] = KEYS[10 + i]
   end
-  clock_ms, clock_ceil = nil, nil
+  clock_ms, clock_ceil, clock_us = nil, nil, nil
 end
 
 local function time13(ms)

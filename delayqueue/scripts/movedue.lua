@@ -8,11 +8,11 @@
 -- the other topics made ready, for the caller to signal (signal.lua).
 -- KEYS: the partition's (see lib.lua, section record), then those wake-up lists.
 -- ARGV[ARG] batch size.
--- Reply: {jobs handled, next due ms or -1, now ms, oldest due ms handled
+-- Reply: {jobs handled, next due ms or -1, now in microseconds, oldest due ms handled
 -- or -1, expired leases e, then per expired lease its topic and the job's
 -- new state, then the topics to signal: n, and n pairs topic, tokens}.
 local budget = tonumber(ARGV[ARG])
-local now = clock()
+local now, _, now_us = clock()
 local handled, oldest = 0, -1
 local expired = {}
 -- The delayed jobs made ready without decoding their records keep their
@@ -136,7 +136,7 @@ local first = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
 if first[2] then
   next_due = tonumber(first[2])
 end
-local reply = {handled, next_due, now, oldest, #expired / 2}
+local reply = {handled, next_due, now_us, oldest, #expired / 2}
 for _, v in ipairs(expired) do
   reply[#reply + 1] = v
 end

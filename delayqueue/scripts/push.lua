@@ -7,10 +7,10 @@
 -- body, retry schedule (comma-separated seconds or ''), max attempts,
 -- if_absent (1 = leave an existing job alone), callback (JSON or ''; such
 -- a job is delivered by the webhook dispatchers, never by pop).
--- Reply: {now ms, then per job: due ms, status} with status 0 created,
+-- Reply: {now in microseconds, then per job: due ms, status} with status 0 created,
 -- 1 replaced, 2 left alone because it existed (if_absent).
 local n = num(ARGV[ARG])
-local now, due_base = clock()
+local now, due_base, now_us = clock()
 local now_text = int(now)
 local due_base_text -- int(due_base), printed once
 local ids = {}
@@ -18,7 +18,7 @@ for j = 0, n - 1 do
   ids[j + 1] = ARGV[ARG + 1 + j * 9]
 end
 get_many(ids)
-local reply = {now}
+local reply = {now_us}
 for j = 0, n - 1 do
   local base = ARG + 1 + j * 9
   local id, topic = ARGV[base], ARGV[base + 1]
