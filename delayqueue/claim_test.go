@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -73,7 +74,7 @@ func TestClaimCallServesRequestsInOrder(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: execClaims: %v", step.name, err)
 			}
-			for i, ds := range got[0] {
+			for i, ds := range got[0].deliveries {
 				var ids []string
 				for _, d := range ds {
 					ids = append(ids, d.ID)
@@ -95,6 +96,65 @@ func TestClaimCallServesRequestsInOrder(t *testing.T) {
 		}
 		if len(left) != 0 {
 			t.Errorf("ready index after the claims: %q, want empty", left)
+		}
+	})
+}
+
+// A claim.lua call finishes the ids its batches carry before it claims, as
+// finish.lua would just before: a finished ready job is not claimed, a
+// dead letter is left alone, an unknown id is reported unknown, and each
+// batch gets its own outcomes, whichever batch carried the ids.
+func TestClaimCallFinishesFirst(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 1 })
+		ctx := context.Background()
+		for _, id := range []string{"c1", "c2", "c3", "c4"} {
+			mustPush(t, q, Job{Topic: "c", ID: id, TTR: time.Minute})
+		}
+		if d := mustPop(t, q, 0, "c"); d == nil || d.ID != "c1" {
+			t.Fatalf("pop = %+v, want c1", d)
+		}
+		mustPush(t, q, Job{Topic: "d", ID: "dead", TTR: time.Minute, MaxAttempts: 1})
+		if d := mustPop(t, q, 0, "d"); d == nil || d.ID != "dead" {
+			t.Fatalf("pop = %+v, want dead", d)
+		}
+		if state, _, err := q.Release(ctx, "dead", nil, 0); err != nil || state != StateDead {
+			t.Fatalf("release = %s, %v", state, err)
+		}
+
+		got, err := q.execClaims(ctx, q.partitions[0], []claimBatch{
+			{finish: []any{"c1", "c2", "unknown", "dead"}},
+			{calls: []claimCall{{topics: []string{"c"}, count: 2}}},
+			{finish: []any{"c4"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [][]removal{
+			{{1, "c"}, {1, "c"}, {0, ""}, {-1, "d"}},
+			nil,
+			{{1, "c"}},
+		}
+		for i := range want {
+			if !slices.Equal(got[i].removals, want[i]) {
+				t.Errorf("batch %d: removals %+v, want %+v", i, got[i].removals, want[i])
+			}
+		}
+		if len(got[1].deliveries) != 1 || len(got[1].deliveries[0]) != 1 || got[1].deliveries[0][0].ID != "c3" {
+			t.Fatalf("claims %+v, want c3 alone: c2 and c4 were finished first", got[1].deliveries)
+		}
+		for id, state := range map[string]string{"c1": "", "c2": "", "c3": StateReserved, "c4": "", "dead": StateDead} {
+			info, err := q.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case state == "" && info != nil:
+				t.Errorf("%s is %s after its finish", id, info.State)
+			case state != "" && (info == nil || info.State != state):
+				t.Errorf("%s is %+v, want %s", id, info, state)
+			}
 		}
 	})
 }

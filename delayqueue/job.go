@@ -91,27 +91,27 @@ const (
 // make one call each: when some fail, the error wraps ErrPartial and the
 // outcomes say which ids were handled.
 func (q *Queue) FinishBatch(ctx context.Context, ids []string) ([]RemoveStatus, error) {
-	return q.removeJobs(ctx, "finish", finishLanes, ids, q.obs.JobsFinished)
+	return q.removeJobs(ctx, "finish", q.finishOn, ids, q.obs.JobsFinished)
 }
 
 // Delete removes a job in any state, dead letters included. An unknown id
 // is not an error.
 func (q *Queue) Delete(ctx context.Context, id string) error {
-	_, err := q.removeJobs(ctx, "delete", deleteLanes, []string{id}, q.obs.JobsDeleted)
+	_, err := q.removeJobs(ctx, "delete", deleteOn, []string{id}, q.obs.JobsDeleted)
 	return err
 }
 
 // DeleteBatch deletes ids and returns each id's outcome, as FinishBatch.
 func (q *Queue) DeleteBatch(ctx context.Context, ids []string) ([]RemoveStatus, error) {
-	return q.removeJobs(ctx, "delete", deleteLanes, ids, q.obs.JobsDeleted)
+	return q.removeJobs(ctx, "delete", deleteOn, ids, q.obs.JobsDeleted)
 }
 
-// removeJobs runs finish.lua or delete.lua (through the coalescers of
-// the ids' partitions) and returns each id's status; observe counts the
-// jobs removed per topic. Ids of several partitions make one call each, at
-// once; when some fail, the error wraps ErrPartial and the others' ids
-// were removed (removing again is harmless).
-func (q *Queue) removeJobs(ctx context.Context, op string, lanesOf func(*partition) *lanes[[]any, []removal], ids []string, observe func(string, int)) ([]RemoveStatus, error) {
+// removeJobs removes ids with remove (finishOn or deleteOn), once per
+// partition holding some of them, and returns each id's status; observe
+// counts the jobs removed per topic. Ids of several partitions make one
+// call each, at once; when some fail, the error wraps ErrPartial and the
+// others' ids were removed (removing again is harmless).
+func (q *Queue) removeJobs(ctx context.Context, op string, remove func(context.Context, *partition, []any) ([]removal, error), ids []string, observe func(string, int)) ([]RemoveStatus, error) {
 	if len(ids) == 0 || len(ids) > MaxIDsPerCall {
 		return nil, fmt.Errorf("%s: %w: 1 to %d ids are needed", op, ErrInvalidJob, MaxIDsPerCall)
 	}
@@ -130,7 +130,7 @@ func (q *Queue) removeJobs(ctx context.Context, op string, lanesOf func(*partiti
 			for j, i := range idx {
 				args[j] = ids[i]
 			}
-			reply, err := lanesOf(p).do(ctx, args)
+			reply, err := remove(ctx, p, args)
 			if err != nil {
 				return err
 			}
@@ -366,9 +366,33 @@ type removal struct {
 	topic  string
 }
 
-func finishLanes(p *partition) *lanes[[]any, []removal] { return p.finishes }
+// finishOn finishes ids on partition p, in a script call shared with
+// other concurrent callers: with the partition's claims (claim.lua
+// finishes the ids it is given before it claims), so that a load of pops
+// and finishes makes one script call where it made one of each. With
+// Options.WaitReplicas a finish waits for the replicas and a claim must
+// not, so finishes have calls of their own then (finish.lua, then WAIT).
+//
+// A Redis out of memory refuses claim.lua before it runs (or, as a script
+// of its own, at its first write, before anything is written) but lets
+// finish.lua run, since a finish frees memory: the ids are then finished
+// by finish.lua.
+func (q *Queue) finishOn(ctx context.Context, p *partition, ids []any) ([]removal, error) {
+	if q.opts.WaitReplicas > 0 {
+		return p.finishes.do(ctx, ids)
+	}
+	out, err := p.claims.do(ctx, claimBatch{finish: ids})
+	if errors.Is(err, ErrRedisFull) {
+		return p.finishes.do(ctx, ids)
+	}
+	return out.removals, err
+}
 
-func deleteLanes(p *partition) *lanes[[]any, []removal] { return p.deletes }
+// deleteOn deletes ids on partition p (delete.lua), in a script call
+// shared with other concurrent deletes.
+func deleteOn(ctx context.Context, p *partition, ids []any) ([]removal, error) {
+	return p.deletes.do(ctx, ids)
+}
 
 // execRemovals runs the ids of several Finish or Delete calls to partition
 // p (each an []any of ids) in one script call.
@@ -390,21 +414,30 @@ func (q *Queue) execRemovals(p *partition, script *script) func(context.Context,
 			return nil, fmt.Errorf("reply of %d values for %d ids", len(reply), n)
 		}
 		// One array for every removal of the batch.
-		all := make([]removal, n)
+		all, err := parseRemovals(reply, n)
+		if err != nil {
+			return nil, err
+		}
 		out := make([][]removal, len(calls))
 		for i, c := range calls {
 			out[i] = all[:len(c):len(c)]
-			for j := range out[i] {
-				status, ok1 := reply[0].(int64)
-				topic, ok2 := reply[1].([]byte)
-				if !ok1 || !ok2 {
-					return nil, fmt.Errorf("reply: unexpected value types %T %T", reply[0], reply[1])
-				}
-				out[i][j] = removal{status: status, topic: string(topic)}
-				reply = reply[2:]
-			}
 			all = all[len(c):]
 		}
 		return out, nil
 	}
+}
+
+// parseRemovals reads n removals (a status and a topic each) from the
+// head of reply.
+func parseRemovals(reply []any, n int) ([]removal, error) {
+	out := make([]removal, n)
+	for j := range out {
+		status, ok1 := reply[2*j].(int64)
+		topic, ok2 := reply[2*j+1].([]byte)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("reply: unexpected value types %T %T", reply[2*j], reply[2*j+1])
+		}
+		out[j] = removal{status: status, topic: string(topic)}
+	}
+	return out, nil
 }

@@ -27,7 +27,7 @@ type partition struct {
 	downUntil atomic.Int64
 
 	pushes   *lanes[pushCall, pushReply]
-	claims   *lanes[claimBatch, [][]*Delivery]
+	claims   *lanes[claimBatch, claimOutcome]
 	finishes *lanes[[]any, []removal]
 	deletes  *lanes[[]any, []removal]
 }
@@ -36,7 +36,7 @@ type partition struct {
 // share (see lanes).
 type serverLanes struct {
 	pushes   *laneGroup[pushCall, pushReply]
-	claims   *laneGroup[claimBatch, [][]*Delivery]
+	claims   *laneGroup[claimBatch, claimOutcome]
 	finishes *laneGroup[[]any, []removal]
 	deletes  *laneGroup[[]any, []removal]
 }
@@ -46,7 +46,7 @@ type serverLanes struct {
 func newServerLanes(single int) *serverLanes {
 	return &serverLanes{
 		pushes:   newLaneGroup[pushCall, pushReply](single),
-		claims:   newLaneGroup[claimBatch, [][]*Delivery](single),
+		claims:   newLaneGroup[claimBatch, claimOutcome](single),
 		finishes: newLaneGroup[[]any, []removal](single),
 		deletes:  newLaneGroup[[]any, []removal](single),
 	}
@@ -64,7 +64,7 @@ func newPartition(q *Queue, number int, tag string, loops int, server *serverLan
 	p.pushes = server.pushes.lanes(MaxPushBatchJobs, func(c pushCall) int { return len(c.jobs) },
 		func(ctx context.Context, calls []pushCall) ([]pushReply, error) { return q.execPushes(ctx, p, calls) })
 	p.claims = server.claims.lanes(maxClaimsPerCall, claimBatch.size,
-		func(ctx context.Context, calls []claimBatch) ([][][]*Delivery, error) {
+		func(ctx context.Context, calls []claimBatch) ([]claimOutcome, error) {
 			return q.execClaims(ctx, p, calls)
 		})
 	idCount := func(ids []any) int { return len(ids) }

@@ -144,10 +144,19 @@ type claimCall struct {
 // dispatch loop's for several waiters, served in order.
 type claimBatch struct {
 	calls []claimCall
+	// finish are ids to finish in the same call, before the claims.
+	finish []any
+}
+
+// claimOutcome is what a claimBatch got: per call its deliveries, and
+// per id of finish its removal.
+type claimOutcome struct {
+	deliveries [][]*Delivery
+	removals   []removal
 }
 
 func (b claimBatch) size() int {
-	n := 0
+	n := len(b.finish)
 	for _, c := range b.calls {
 		n += c.count
 	}
@@ -377,11 +386,12 @@ func (p *partition) receiveHasReady(c redis.Conn, topics []string) ([]bool, erro
 // the claims of other concurrent callers. This is the one way jobs are
 // claimed for consumers.
 func (q *Queue) claimOn(ctx context.Context, p *partition, calls []claimCall) ([][]*Delivery, error) {
-	out, err := p.claims.do(ctx, claimBatch{calls: calls})
+	res, err := p.claims.do(ctx, claimBatch{calls: calls})
 	if err != nil {
 		p.noteError(err)
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	out := res.deliveries
 	for _, ds := range out {
 		for _, d := range ds {
 			q.obs.JobDelivered(d.Topic, d.Attempts)
@@ -391,15 +401,20 @@ func (q *Queue) claimOn(ctx context.Context, p *partition, calls []claimCall) ([
 }
 
 // execClaims runs several callers' claims on partition p in one claim.lua
-// call.
-func (q *Queue) execClaims(ctx context.Context, p *partition, batches []claimBatch) ([][][]*Delivery, error) {
-	requests := 0
+// call, and first the finishes they carry (see finishOn).
+func (q *Queue) execClaims(ctx context.Context, p *partition, batches []claimBatch) ([]claimOutcome, error) {
+	requests, finishing := 0, 0
 	for _, b := range batches {
 		requests += len(b.calls)
+		finishing += len(b.finish)
 	}
 	var topics []string
 	seen := make(map[string]bool, 4)
-	args := make([]any, 0, 1+3*requests)
+	args := make([]any, 0, 2+finishing+3*requests)
+	args = append(args, finishing)
+	for _, b := range batches {
+		args = append(args, b.finish...)
+	}
 	args = append(args, requests)
 	for _, b := range batches {
 		for _, c := range b.calls {
@@ -417,10 +432,27 @@ func (q *Queue) execClaims(ctx context.Context, p *partition, batches []claimBat
 	if err != nil {
 		return nil, err
 	}
-	out := make([][][]*Delivery, len(batches))
-	rest := reply[1:]
+	out := make([]claimOutcome, len(batches))
+	if len(reply) < 2+2*finishing {
+		return nil, fmt.Errorf("claim reply: %d values for %d ids to finish", len(reply), finishing)
+	}
+	if f, ok := reply[1].(int64); !ok || f != int64(finishing) {
+		return nil, fmt.Errorf("claim reply: %v finished, for %d ids to finish", reply[1], finishing)
+	}
+	// One array for every removal of the call.
+	removals, err := parseRemovals(reply[2:], finishing)
+	if err != nil {
+		return nil, fmt.Errorf("claim reply: %w", err)
+	}
 	for i, b := range batches {
-		out[i] = make([][]*Delivery, len(b.calls))
+		if len(b.finish) > 0 {
+			out[i].removals = removals[:len(b.finish):len(b.finish)]
+			removals = removals[len(b.finish):]
+		}
+	}
+	rest := reply[2+2*finishing:]
+	for i, b := range batches {
+		out[i].deliveries = make([][]*Delivery, len(b.calls))
 		for j := range b.calls {
 			if len(rest) < 1 {
 				return nil, fmt.Errorf("claim reply: cut short")
@@ -436,12 +468,12 @@ func (q *Queue) execClaims(ctx context.Context, p *partition, batches []claimBat
 			if claimed > 0 {
 				// One allocation for the request's deliveries.
 				ds := make([]Delivery, claimed)
-				out[i][j] = make([]*Delivery, claimed)
+				out[i].deliveries[j] = make([]*Delivery, claimed)
 				for k := range ds {
 					if err := parseClaimed(rest[:5], &ds[k]); err != nil {
 						return nil, fmt.Errorf("claim reply: %w", err)
 					}
-					out[i][j][k] = &ds[k]
+					out[i].deliveries[j][k] = &ds[k]
 					rest = rest[5:]
 				}
 			}

@@ -1,15 +1,26 @@
--- lib:
--- claim.lua: for each of several pop requests, take up to its count of ready
--- jobs of its topics (earlier topics first) and lease each for its ttr,
--- atomically: taking a job and recording its lease are one step, so no
--- crash or lost reply between them can lose the job. Requests are served in
--- order, as if each ran alone.
+-- lib: remove
+-- claim.lua: finish jobs, then, for each of several pop requests, take up
+-- to its count of ready jobs of its topics (earlier topics first) and lease
+-- each for its ttr, atomically: taking a job and recording its lease are
+-- one step, so no crash or lost reply between them can lose the job.
+-- Requests are served in order, as if each ran alone. The finishes are
+-- finish.lua's (consumers done with jobs), done first, as if they ran just
+-- before: the server sends its finishes with the claims of the same
+-- partition (without redis.wait_replicas), so that a load of pops and
+-- finishes costs one script call where it cost one of each.
 -- KEYS: the partition's (see lib.lua, section record), then the wake-up lists of
 -- every topic the requests name.
--- ARGV[ARG] number of requests, then per request: count, number of topics
--- n, n topics.
--- Reply: {now ms, then per request: jobs claimed m, and 5 values per job:
+-- ARGV[ARG] number of ids to finish f, then f ids; then the number of
+-- requests, and per request: count, number of topics n, n topics.
+-- Reply: {now ms, f, then per id finished its status and topic (as
+-- finish.lua's), then per request: jobs claimed m, and 5 values per job:
 -- id, topic, ttr, attempts, body}.
+local finishing = num(ARGV[ARG])
+local finished
+if finishing > 0 then
+  finished = remove_jobs(ARG + 1, true, ARG + finishing)
+end
+ARG = ARG + 1 + finishing
 local now = clock()
 -- Every job this call reads it found in ready: a record with flag 4 that
 -- says delay is ready (the scanner moved its entry), no ZSCORE needed.
@@ -88,7 +99,10 @@ local function reserve(id, m, topic)
 end
 
 local requests = num(ARGV[ARG])
-local reply = {now}
+local reply = {now, finishing}
+for i = 1, finishing * 2 do
+  reply[i + 2] = finished[i]
+end
 -- demand[topic] is what the requests not started yet may take of topic,
 -- so that one ZRANGEBYLEX, and one HMGET, read a topic's entries for
 -- every request of the call that names it, not one each. (A call of one

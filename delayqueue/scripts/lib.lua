@@ -973,13 +973,14 @@ end
 -- section remove, needs state
 -- Jobs removed by id.
 
--- remove_jobs removes the jobs whose ids are ARGV[first..] (finish.lua,
--- delete.lua). With keep_dead, a dead-lettered job is left alone. Reply:
+-- remove_jobs removes the jobs whose ids are ARGV[first..last] (last
+-- defaults to the end: finish.lua, delete.lua; claim.lua finishes some
+-- before it claims). With keep_dead, a dead-lettered job is left alone. Reply:
 -- per id, a status (1 removed, 0 unknown, -1 dead-lettered and kept) and
 -- the job's topic ('' when unknown). An id given twice is unknown the
 -- second time, as if the removals ran one after the other.
-local function remove_jobs(first, keep_dead)
-  local ids = {unpack(ARGV, first)}
+local function remove_jobs(first, keep_dead, last)
+  local ids = {unpack(ARGV, first, last or #ARGV)}
   get_many(ids)
   local reply = {}
   for _, id in ipairs(ids) do
