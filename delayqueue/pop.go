@@ -140,11 +140,12 @@ type claimCall struct {
 	count  int
 }
 
-// claimBatch is the claims of one caller on one partition: a Pop's, or a
-// dispatch loop's for several waiters, served in order.
+// claimBatch is what one caller asks of one partition's claim.lua call:
+// the claims of a Pop, or of a dispatch loop for several waiters, served
+// in order; or the ids of a finish (finishOn), finished before any claim
+// of the call.
 type claimBatch struct {
-	calls []claimCall
-	// finish are ids to finish in the same call, before the claims.
+	calls  []claimCall
 	finish []any
 }
 
