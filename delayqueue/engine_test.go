@@ -629,6 +629,11 @@ func TestWaitReplicasRefusesUnreplicatedChanges(t *testing.T) {
 		if !errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrUnavailable) {
 			t.Fatalf("push without a replica: %v, want ErrNotReplicated", err)
 		}
+		// A finish waits for the replicas too: it has calls of its own
+		// then, not the claims' (which never wait).
+		if err := q.Finish(context.Background(), "w1"); !errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("finish without a replica: %v, want ErrNotReplicated", err)
+		}
 		if n := obs.get("redis-error/"); n != 0 {
 			t.Errorf("redis errors counted: %d, want 0", n)
 		}

@@ -15,11 +15,9 @@
 -- Reply: {now ms, f, then per id finished its status and topic (as
 -- finish.lua's), then per request: jobs claimed m, and 5 values per job:
 -- id, topic, ttr, attempts, body}.
+-- The finishes' writes wait for the claims' flush, which writes both.
 local finishing = num(ARGV[ARG])
-local finished
-if finishing > 0 then
-  finished = remove_jobs(ARG + 1, true, ARG + finishing)
-end
+local finished = finishing > 0 and remove_ids(ARG + 1, ARG + finishing, true)
 ARG = ARG + 1 + finishing
 local now = clock()
 -- Every job this call reads it found in ready: a record with flag 4 that

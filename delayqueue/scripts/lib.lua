@@ -973,14 +973,15 @@ end
 -- section remove, needs state
 -- Jobs removed by id.
 
--- remove_jobs removes the jobs whose ids are ARGV[first..last] (last
--- defaults to the end: finish.lua, delete.lua; claim.lua finishes some
--- before it claims). With keep_dead, a dead-lettered job is left alone. Reply:
+-- remove_ids removes the jobs whose ids are ARGV[first..last], leaving the
+-- writes to the caller's flush (claim.lua finishes some, then claims, and
+-- flushes both at once: a topic's counters change once). With keep_dead,
+-- a dead-lettered job is left alone. Reply:
 -- per id, a status (1 removed, 0 unknown, -1 dead-lettered and kept) and
 -- the job's topic ('' when unknown). An id given twice is unknown the
 -- second time, as if the removals ran one after the other.
-local function remove_jobs(first, keep_dead, last)
-  local ids = {unpack(ARGV, first, last or #ARGV)}
+local function remove_ids(first, last, keep_dead)
+  local ids = {unpack(ARGV, first, last)}
   get_many(ids)
   local reply = {}
   for _, id in ipairs(ids) do
@@ -1010,6 +1011,13 @@ local function remove_jobs(first, keep_dead, last)
     reply[#reply + 1] = status
     reply[#reply + 1] = topic
   end
+  return reply
+end
+
+-- remove_jobs is remove_ids for ARGV[first..] (finish.lua, delete.lua),
+-- flushed.
+local function remove_jobs(first, keep_dead)
+  local reply = remove_ids(first, #ARGV, keep_dead)
   flush()
   return reply
 end
