@@ -199,6 +199,53 @@ func TestLoopReadyTopics(t *testing.T) {
 	})
 }
 
+// A wake-up token given back (a dispatch loop's waiters left) or left
+// after a call (signal.lua) is kept only while the topic has ready jobs in
+// the partition: one left for none would wake held pops for nothing, and
+// keep the wake-up list in Redis after the topic's last job until it
+// expires. (Not run, so that no dispatch loop takes the tokens.)
+func TestTokensAreLeftOnlyForReadyJobs(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), redistest.Logger(t))
+		ctx := t.Context()
+		p := q.partitions[0]
+		wake := q.keys.wake(p.tag, "tk")
+		tokens := func() int {
+			t.Helper()
+			var n int
+			if err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
+				var err error
+				n, err = redis.Int(c.Do("LLEN", wake))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		steps := []struct {
+			name string
+			do   func()
+			want int
+		}{
+			{"given back with no job", func() {}, 0},
+			{"given back with a ready job (the push left one)", func() { mustPush(t, q, Job{Topic: "tk", ID: "a", TTR: time.Minute}) }, 2},
+			{"given back after the job was popped", func() {
+				if d := mustPop(t, q, 0, "tk"); d == nil || d.ID != "a" {
+					t.Fatalf("pop = %+v, want a", d)
+				}
+			}, 0},
+		}
+		for _, step := range steps {
+			step.do()
+			p.loops[0].returnToken("tk")
+			if n := tokens(); n != step.want {
+				t.Errorf("%s: the wake-up list holds %d tokens, want %d", step.name, n, step.want)
+			}
+		}
+	})
+}
+
 // idIn is the first id "<prefix>-<n>" that falls in partition p.
 func idIn(q *Queue, p *partition, prefix string) string {
 	for i := 0; ; i++ {
