@@ -114,6 +114,28 @@ func unrunQueue(t testing.TB, rdb testClient, opts Options, logger *slog.Logger)
 	return q
 }
 
+// unrunQueueOn is unrunQueue on the test's Redis with partitions
+// partitions, named as the original names its buckets and queues.
+func unrunQueueOn(t *testing.T, r *testRedis, partitions int) *Queue {
+	t.Helper()
+	opts := Options{BucketSize: partitions, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}
+	return unrunQueue(t, r.client(t), r.queueOptions(opts), redistest.Logger(t))
+}
+
+// wakeTokens is the number of tokens in topic's wake-up list in p.
+func wakeTokens(t *testing.T, q *Queue, p *partition, topic string) int {
+	t.Helper()
+	var n int
+	if err := q.withConn(t.Context(), p.key(), func(c redis.Conn) error {
+		var err error
+		n, err = redis.Int(c.Do("LLEN", q.keys.wake(p.tag, topic)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func mustPush(t *testing.T, q *Queue, job Job) {
 	t.Helper()
 	if job.TTR == 0 {

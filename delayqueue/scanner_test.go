@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
 
@@ -47,8 +45,7 @@ func TestScannerRecentTopics(t *testing.T) {
 func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		logger := redistest.Logger(t)
-		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), logger)
+		q := unrunQueueOn(t, r, 3)
 		p := q.partitionOf("r1")
 		move := func(id string) moveResult {
 			t.Helper()
@@ -76,14 +73,8 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 			t.Errorf("the second move signalled %v after the call, want none: the topic was passed to it", second.unexpected)
 		}
 		// Both moves left their token: the second from inside the script.
-		wake := q.keys.wake(p.tag, "rt")
-		var tokens int
-		if err := q.withConn(t.Context(), p.key(), func(c redis.Conn) error {
-			var err error
-			tokens, err = redis.Int(c.Do("LLEN", wake))
-			return err
-		}); err != nil || tokens != 2 {
-			t.Errorf("wake-up list of rt holds %d tokens (%v), want 2", tokens, err)
+		if tokens := wakeTokens(t, q, p, "rt"); tokens != 2 {
+			t.Errorf("wake-up list of rt holds %d tokens, want 2", tokens)
 		}
 	})
 }
@@ -96,7 +87,7 @@ func TestScannerPassesTheTopicsItMadeReady(t *testing.T) {
 func TestMoveKeepsTheTimerOfAJobItRescheduled(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), redistest.Logger(t))
+		q := unrunQueueOn(t, r, 1)
 		ctx := t.Context()
 		p := q.partitions[0]
 		mustPush(t, q, Job{Topic: "rs", ID: "a", TTR: time.Second, Retry: []int{1}})
@@ -158,7 +149,7 @@ func TestUntilDue(t *testing.T) {
 func TestScriptsReadTheClockInMicroseconds(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), redistest.Logger(t))
+		q := unrunQueueOn(t, r, 1)
 		p := q.partitions[0]
 		within := func(what string, before time.Time, micros int64) {
 			t.Helper()

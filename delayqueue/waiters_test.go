@@ -207,22 +207,8 @@ func TestLoopReadyTopics(t *testing.T) {
 func TestTokensAreLeftOnlyForReadyJobs(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
-		q := unrunQueue(t, r.client(t), r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s"}), redistest.Logger(t))
-		ctx := t.Context()
+		q := unrunQueueOn(t, r, 1)
 		p := q.partitions[0]
-		wake := q.keys.wake(p.tag, "tk")
-		tokens := func() int {
-			t.Helper()
-			var n int
-			if err := q.withConn(ctx, p.key(), func(c redis.Conn) error {
-				var err error
-				n, err = redis.Int(c.Do("LLEN", wake))
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
 		steps := []struct {
 			name string
 			do   func()
@@ -239,7 +225,7 @@ func TestTokensAreLeftOnlyForReadyJobs(t *testing.T) {
 		for _, step := range steps {
 			step.do()
 			p.loops[0].returnToken("tk")
-			if n := tokens(); n != step.want {
+			if n := wakeTokens(t, q, p, "tk"); n != step.want {
 				t.Errorf("%s: the wake-up list holds %d tokens, want %d", step.name, n, step.want)
 			}
 		}
