@@ -77,10 +77,10 @@ func ResolvePartitions(ctx context.Context, rdb Redis, keyPrefix string, configu
 	}
 	switch {
 	case found && layout.MovingTo > 0:
-		return 0, fmt.Errorf("%w: a change of bucket_size from %d to %d was interrupted: run delay-queue -repartition %d again, with every server stopped",
+		return 0, fmt.Errorf("%w: a change of bucket_size from %d to %d was interrupted: run delay-queue -c <conf> -repartition %d again, with every server stopped",
 			ErrLayout, layout.Partitions, layout.MovingTo, layout.MovingTo)
 	case found && configured > 0 && configured != layout.Partitions:
-		return 0, fmt.Errorf("%w: bucket_size = %d, but the jobs in Redis are spread over %d partitions: set bucket_size = %d (or leave it unset), or, with every server stopped, run delay-queue -repartition %d",
+		return 0, fmt.Errorf("%w: bucket_size = %d, but the jobs in Redis are spread over %d partitions: set bucket_size = %d (or leave it unset), or, with every server stopped, run delay-queue -c <conf> -repartition %d",
 			ErrLayout, configured, layout.Partitions, layout.Partitions, configured)
 	case found:
 		return layout.Partitions, nil
@@ -248,7 +248,7 @@ func Repartition(ctx context.Context, rdb Redis, opts Options, count int, logger
 		return 0, fmt.Errorf("repartition: no layout record: start the server once (it records the layout) before changing bucket_size")
 	}
 	if layout.MovingTo > 0 && layout.MovingTo != count {
-		return 0, fmt.Errorf("repartition: %w: an interrupted move to %d partitions must be finished first: run -repartition %d", ErrLayout, layout.MovingTo, layout.MovingTo)
+		return 0, fmt.Errorf("repartition: %w: an interrupted move to %d partitions must be finished first: run delay-queue -c <conf> -repartition %d", ErrLayout, layout.MovingTo, layout.MovingTo)
 	}
 	fromOpts, toOpts := opts, opts
 	fromOpts.BucketSize, toOpts.BucketSize = layout.Partitions, count

@@ -9,6 +9,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,7 +101,10 @@ type procConf struct {
 	// then names them instead of RedisAddr, with db 0 and no bucket_size
 	// (the cluster default), unless Extra sets one.
 	ClusterAddrs []string
-	Extra        []string // more "key = value" lines
+	// BucketSize, when set, is the conf's bucket_size; unset, a single
+	// Redis gets 3 and a cluster none.
+	BucketSize int
+	Extra      []string // more "key = value" lines
 }
 
 func (c procConf) render() string {
@@ -108,6 +112,7 @@ func (c procConf) render() string {
 		"bind_address = " + c.BindAddress,
 		"queue_block_timeout = 178",
 	}
+	bucketSize := c.BucketSize
 	if len(c.ClusterAddrs) > 0 {
 		lines = append(lines,
 			"redis.cluster_addrs = "+strings.Join(c.ClusterAddrs, ","),
@@ -115,10 +120,13 @@ func (c procConf) render() string {
 		)
 	} else {
 		lines = append(lines,
-			"bucket_size = 3",
 			"redis.host = "+c.RedisAddr,
 			"redis.db = 1",
 		)
+		bucketSize = cmp.Or(bucketSize, 3)
+	}
+	if bucketSize != 0 {
+		lines = append(lines, "bucket_size = "+strconv.Itoa(bucketSize))
 	}
 	lines = append(lines, c.Extra...)
 	return strings.Join(lines, "\n") + "\n"

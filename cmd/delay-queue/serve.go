@@ -134,7 +134,14 @@ func (s *server) connect(ctx context.Context) error {
 			"redis_addr", opts.Addr)
 	}
 	s.target = describeRedis(opts)
-	if s.redis, err = redisconn.New(opts, s.log, s.observer); err != nil {
+	// The offline -repartition has no metrics: its nil *metrics.Metrics
+	// must reach redisconn as a nil Observer, which it replaces with one
+	// that does nothing, not as an interface holding a nil pointer.
+	var observer redisconn.Observer
+	if s.observer != nil {
+		observer = s.observer
+	}
+	if s.redis, err = redisconn.New(opts, s.log, observer); err != nil {
 		return fmt.Errorf("redis (%s): %w", s.target, err)
 	}
 	if err := s.checkRedis(ctx); err != nil {
