@@ -110,7 +110,7 @@ type Queue struct {
 	readyOnce   sync.Once
 	stopOnce    sync.Once
 	stopWaiting chan struct{}
-	redisDown   atomic.Bool
+	outages     *outages
 	held        atomic.Int64
 }
 
@@ -176,6 +176,7 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 		obs:         opts.Observer,
 		ready:       make(chan struct{}),
 		stopWaiting: make(chan struct{}),
+		outages:     newOutages(logger),
 	}
 	loops := loopsPerPartition(opts.BucketSize)
 	q.waiters = newWaiterRegistry(loops)

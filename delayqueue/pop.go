@@ -92,7 +92,7 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 	}
 	if len(res.deliveries) == 0 && res.err == nil {
 		if q.waiters.giveUp(w) {
-			if q.redisDown.Load() {
+			if q.outages.any() {
 				return nil, fmt.Errorf("pop: %w: redis did not answer during the hold", ErrUnavailable)
 			}
 			return nil, nil

@@ -36,7 +36,7 @@ type Redis interface {
 func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) error) error {
 	err := q.rdb.Do(ctx, key, f)
 	if err == nil {
-		q.noteRedis(nil)
+		q.noteRedis(key, nil)
 		return nil
 	}
 	if answeredByRedis(err) || errors.Is(err, ErrNotReplicated) {
@@ -44,17 +44,29 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 		// or its memory is full, which the client is told as such), or
 		// with a change made and not copied to enough replicas in time
 		// (WAIT).
-		q.noteRedis(nil)
+		q.noteRedis(key, nil)
 		if redisconn.IsOutOfMemoryReply(err) {
 			return fmt.Errorf("%w: %w", ErrRedisFull, err)
 		}
 		return err
 	}
-	q.noteRedis(err)
+	q.noteRedis(key, err)
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// noteRedis records whether Redis answered a call on key (err is nil) or
+// did not, for the outage's log lines (see outages) and its metric.
+func (q *Queue) noteRedis(key string, err error) {
+	switch {
+	case err == nil:
+		q.outages.answered(key)
+	case !errors.Is(err, context.Canceled):
+		q.obs.RedisError()
+		q.outages.failed(key, err)
+	}
 }
 
 // unavailableUnlessAnswered is err wrapped in ErrUnavailable unless Redis
@@ -78,25 +90,6 @@ func answeredByRedis(err error) bool {
 // now" (loading its data, a replica after a failover, a busy script, a
 // cluster reconfiguring) from real errors.
 func transientRedisError(err redis.Error) bool { return redisconn.IsTransientReply(err) }
-
-// noteRedis logs the loss and the recovery of Redis once each.
-func (q *Queue) noteRedis(err error) {
-	if err == nil {
-		// Load first: on every call, a read leaves the flag's cache line
-		// shared, where a failing swap would take it.
-		if q.redisDown.Load() && q.redisDown.CompareAndSwap(true, false) {
-			q.log.Info("redis is reachable again")
-		}
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return
-	}
-	q.obs.RedisError()
-	if q.redisDown.CompareAndSwap(false, true) {
-		q.log.Error("redis is unreachable", "err", err)
-	}
-}
 
 // allDown reports whether every partition is marked down.
 func (q *Queue) allDown() bool {

@@ -428,7 +428,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			c, err := l.q.rdb.Dial(ctx, l.control)
 			if err != nil {
 				l.setBlocked(false)
-				l.q.noteRedis(err)
+				l.q.noteRedis(l.control, err)
 				health.failed("BLPOP", fmt.Errorf("%w: %w", ErrUnavailable, err))
 				_ = pause.For(ctx, backoff)
 				backoff = min(backoff*2, block)
@@ -452,7 +452,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			// for it here. The timeout itself is a completed round, not a
 			// failure, also for a loop that listens for callbacks only.
 			err = nil
-			l.q.noteRedis(nil)
+			l.q.noteRedis(l.control, nil)
 			if len(topics) > 0 {
 				var ready []string
 				if ready, err = l.readyTopics(ctx, topics); err == nil {
@@ -466,9 +466,9 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			conn = nil
 			loopErr := unavailableUnlessAnswered(err)
 			if errors.Is(loopErr, ErrUnavailable) {
-				l.q.noteRedis(err)
+				l.q.noteRedis(l.control, err)
 			} else {
-				l.q.noteRedis(nil) // Redis answered, with an error
+				l.q.noteRedis(l.control, nil) // Redis answered, with an error
 			}
 			health.failed("BLPOP", loopErr)
 			_ = pause.For(ctx, backoff)
@@ -476,7 +476,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			continue
 		default:
 			backoff = 100 * time.Millisecond
-			l.q.noteRedis(nil)
+			l.q.noteRedis(l.control, nil)
 			switch key := reply[0]; {
 			case key == l.control:
 			case key == hookKey:

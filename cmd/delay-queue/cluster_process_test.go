@@ -1074,6 +1074,20 @@ func TestProcessClusterPrimaryFailover(t *testing.T) {
 	t.Logf("%v: pushes to partition 1 acknowledged again, at %d acknowledged pushes", since(), load.ackedCount.Load())
 
 	load.drain(45 * time.Second)
+	// The outage of one primary is logged once when it starts and once when
+	// it ends, although the other primaries answered all along. (A second
+	// pair is allowed: the restarted node's return may cost a moment.)
+	for _, s := range servers {
+		var down, up int
+		procWaitCondition(t, 15*time.Second, s.name+" logging the outage's end", func() bool {
+			out := s.output.String()
+			down, up = strings.Count(out, `msg="redis is unreachable"`), strings.Count(out, `msg="redis is reachable again"`)
+			return down >= 1 && up == down
+		})
+		if down > 2 {
+			t.Errorf("%s logged the outage %d times and its end %d times, want once or twice each", s.name, down, up)
+		}
+	}
 }
 
 // TestProcessClusterSlotMigration moves the slots of one primary's

@@ -1,0 +1,78 @@
+package delayqueue
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/delay-queue/delay-queue/internal/redisconn"
+)
+
+// outages tells when Redis stops answering and when it answers again, so
+// that an outage is logged once when it starts and once when it ends, not
+// once per call. It follows each hash slot the engine's calls went to
+// (a partition's keys share one): on a cluster one primary may be down
+// while the others answer, and the successes on those must not end the
+// outage of the slots it held. A slot is down from a call to it that Redis
+// did not answer until a call to it that Redis answered, or until no call
+// to it has failed for staleAfter (a slot the engine stopped calling, such
+// as a key of the start-up import).
+type outages struct {
+	log        *slog.Logger
+	now        func() time.Time
+	staleAfter time.Duration
+
+	down atomic.Int32 // slots down, so that a call sees "none" without the lock
+	mu   sync.Mutex
+	// lastFailure holds the slots down and the time of their last failure.
+	lastFailure map[int]time.Time
+}
+
+// outageStaleAfter is how long a slot stays down with no call failing on
+// it: several rounds of the scanners, which call every partition at least
+// once a ScanInterval while Redis is unreachable.
+const outageStaleAfter = 10 * time.Second
+
+func newOutages(logger *slog.Logger) *outages {
+	return &outages{log: logger, now: time.Now, staleAfter: outageStaleAfter, lastFailure: map[int]time.Time{}}
+}
+
+// answered notes a call on key that Redis answered, and logs the end of the
+// outage when no slot is left down.
+func (o *outages) answered(key string) {
+	if o.down.Load() == 0 {
+		return
+	}
+	slot := redisconn.Slot(key)
+	now := o.now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.lastFailure, slot)
+	for s, at := range o.lastFailure {
+		if now.Sub(at) > o.staleAfter {
+			delete(o.lastFailure, s)
+		}
+	}
+	left := int32(len(o.lastFailure))
+	if o.down.Swap(left) != 0 && left == 0 {
+		o.log.Info("redis is reachable again")
+	}
+}
+
+// failed notes a call on key that Redis did not answer, and logs the start
+// of an outage when no slot was down.
+func (o *outages) failed(key string, err error) {
+	slot := redisconn.Slot(key)
+	now := o.now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lastFailure[slot] = now
+	if o.down.Swap(int32(len(o.lastFailure))) == 0 {
+		o.log.Error("redis is unreachable", "err", err)
+	}
+}
+
+// any reports whether a slot is down: whether Redis, or a primary of a
+// cluster, is not answering.
+func (o *outages) any() bool { return o.down.Load() != 0 }
