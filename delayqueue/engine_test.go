@@ -601,6 +601,8 @@ func TestInvalidJobs(t *testing.T) {
 		{Topic: "t", ID: "x", TTR: MaxTTR + time.Second},
 		{Topic: "t", ID: "x", TTR: time.Second, Delay: -time.Millisecond},
 		{Topic: "t", ID: string([]byte{0xff}), TTR: time.Second},
+		{Topic: "a,b", ID: "x", TTR: time.Second},
+		{Topic: "t\x00", ID: "x", TTR: time.Second},
 	} {
 		if _, err := q.Push(context.Background(), job); !errors.Is(err, ErrInvalidJob) {
 			t.Errorf("push %+v: err %v, want ErrInvalidJob", job, err)

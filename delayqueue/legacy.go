@@ -180,16 +180,18 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic, readyList, bucke
 	err := q.withConn(ctx, id, func(c redis.Conn) error {
 		var err error
 		raw, err = redis.Bytes(c.Do("GET", id))
-		if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
-			return redis.ErrNil
+		if errors.Is(err, redis.ErrNil) || err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+			// No job of the original behind this id: Redis answered, and
+			// no outage is noted.
+			raw, err = nil, nil
 		}
 		return err
 	})
-	if errors.Is(err, redis.ErrNil) {
-		return false, nil // no job of the original behind this id
-	}
 	if err != nil {
 		return false, fmt.Errorf("import %s: %w", id, err)
+	}
+	if raw == nil {
+		return false, nil
 	}
 	job, err := decodeLegacyJob(raw)
 	if err != nil {

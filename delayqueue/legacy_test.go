@@ -282,10 +282,14 @@ func TestImportLegacy(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// A bucket member with no job behind it (the original's finish left
-		// those), and values that do not decode as its jobs: none stops the
-		// import, and each is left as it is, for the operator.
+		// Ids with no job behind them (the original's finish and delete left
+		// those in buckets and ready lists), values that do not decode as
+		// its jobs, and jobs it took that this server's limits refuse: none
+		// stops the import, and each is left as it is, for the operator.
 		if _, err := c.Do("ZADD", "dq_bucket_3", now, "finished-long-ago"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do("RPUSH", "dq_queue_order", "deleted-long-ago"); err != nil {
 			t.Fatal(err)
 		}
 		corrupt := []struct {
@@ -299,6 +303,9 @@ func TestImportLegacy(t *testing.T) {
 			{id: "L-bad-topic", raw: marshal(t, map[string]any{"1": 7, "2": "L-bad-topic", "5": "x"})},
 			{id: "L-bad-ttr", raw: marshal(t, map[string]any{"1": "order", "4": "soon"}), ready: true},
 			{id: "L-deep", raw: marshal(t, map[string]any{"1": "order", "x": nested(1, 8)})},
+			{id: "L-long-topic", raw: encodeOriginal(t, originalJob{Topic: strings.Repeat("t", MaxTopicBytes+1), Id: "L-long-topic", TTR: 30}, true)},
+			{id: "L-control-topic", raw: encodeOriginal(t, originalJob{Topic: "n\x00m", Id: "L-control-topic", TTR: 30}, true)},
+			{id: strings.Repeat("i", MaxIDBytes+1), raw: encodeOriginal(t, originalJob{Topic: "order", Id: strings.Repeat("i", MaxIDBytes+1), TTR: 30}, true)},
 		}
 		for _, f := range corrupt {
 			if _, err := c.Do("SET", f.id, f.raw); err != nil {
@@ -315,10 +322,15 @@ func TestImportLegacy(t *testing.T) {
 			}
 		}
 
-		// Run imports them before it serves.
-		q := newTestQueue(t, r)
+		// Run imports them before it serves. An id with no job is no
+		// outage: Redis answered.
+		obs := &recordingObserver{counts: map[string]int{}}
+		q := newTestQueue(t, r, func(o *Options) { o.Observer = obs })
 		if n, err := q.importV0(context.Background()); err != nil || n != 0 {
 			t.Fatalf("second import = %d, %v; want 0", n, err)
+		}
+		if n := obs.get("redis-error/"); n != 0 {
+			t.Errorf("the import counted %d redis errors, want none", n)
 		}
 		info, err := q.Get(context.Background(), "L-later")
 		if err != nil || info == nil || info.State != StateDelay || info.Body != "in an hour" || info.DueAt.Unix() != now+3600 || info.TTR != 30*time.Second {

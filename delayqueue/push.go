@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gomodule/redigo/redis"
@@ -47,6 +48,9 @@ func ValidateJob(job Job) error {
 		return fmt.Errorf("%w: topic must be 1 to %d bytes of UTF-8", ErrInvalidJob, MaxTopicBytes)
 	case strings.Contains(job.Topic, ","):
 		return fmt.Errorf("%w: topic must not contain a comma", ErrInvalidJob)
+	case strings.ContainsFunc(job.Topic, unicode.IsControl):
+		// /pop refuses such a topic: a job of one could never be popped.
+		return fmt.Errorf("%w: topic must not contain control characters", ErrInvalidJob)
 	case job.ID == "" || len(job.ID) > MaxIDBytes || !utf8.ValidString(job.ID):
 		return fmt.Errorf("%w: id must be 1 to %d bytes of UTF-8", ErrInvalidJob, MaxIDBytes)
 	case job.Delay < 0 || job.Delay > MaxDelay:
