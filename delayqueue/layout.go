@@ -142,13 +142,13 @@ func (q *Queue) migrate(ctx context.Context) error {
 	}
 	imported, err := q.importV0(ctx)
 	if err != nil {
-		return fmt.Errorf("import jobs left by the original server (%d imported so far): %w", imported, err)
+		return fmt.Errorf("import jobs left by the original server (%d imported so far): %w", imported.imported, err)
 	}
 	if err := q.dropV1Keys(ctx); err != nil {
 		return err
 	}
 	q.log.Info("migrated jobs of this server's layout before partitions", "count", migrated, "partitions", len(q.partitions))
-	q.log.Info("imported jobs left by the original server", "count", imported)
+	q.log.Info("imported jobs left by the original server", "count", imported.imported, "left_as_they_were", imported.left)
 	return q.recordLayout(ctx)
 }
 

@@ -35,33 +35,34 @@ type legacyJob struct {
 // ZSETs (bucket_name, scores in seconds), each held in a raw-id key. Each
 // job is converted atomically; it runs before the engine starts, never
 // while the original server still runs on the same database.
-func (q *Queue) importV0(ctx context.Context) (int, error) {
-	imported := 0
+func (q *Queue) importV0(ctx context.Context) (importTally, error) {
+	var tally importTally
 	lists, err := q.scanKeys(ctx, globEscape(q.keys.readyPrefix)+"*"+globEscape(q.keys.readySuffix), "list")
 	if err != nil {
-		return 0, fmt.Errorf("import: list ready lists: %w", err)
+		return tally, fmt.Errorf("import: list ready lists: %w", err)
 	}
 	for _, list := range lists {
 		topic := strings.TrimSuffix(strings.TrimPrefix(list, q.keys.readyPrefix), q.keys.readySuffix)
-		n, err := q.importReadyList(ctx, list, topic)
-		imported += n
-		if err != nil {
-			return imported, err
+		if err := q.importReadyList(ctx, list, topic, &tally); err != nil {
+			return tally, err
 		}
 	}
 	buckets, err := q.scanKeys(ctx, globEscape(q.keys.bucketPrefix)+"*"+globEscape(q.keys.bucketSuffix), "zset")
 	if err != nil {
-		return imported, fmt.Errorf("import: list buckets: %w", err)
+		return tally, fmt.Errorf("import: list buckets: %w", err)
 	}
 	for _, bucket := range buckets {
-		n, err := q.importBucket(ctx, bucket)
-		imported += n
-		if err != nil {
-			return imported, err
+		if err := q.importBucket(ctx, bucket, &tally); err != nil {
+			return tally, err
 		}
 	}
-	return imported, nil
+	return tally, nil
 }
+
+// importTally counts the original's jobs imported, and those left as they
+// were because they do not decode or this server refuses them (each
+// logged).
+type importTally struct{ imported, left int }
 
 // scanKeys lists the keys matching pattern of a type, on a standalone
 // Redis (the old layouts never ran on a cluster).
@@ -110,8 +111,7 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-func (q *Queue) importReadyList(ctx context.Context, list, topic string) (int, error) {
-	imported := 0
+func (q *Queue) importReadyList(ctx context.Context, list, topic string, tally *importTally) error {
 	const page = 500
 	offset := 0 // entries we could not import stay; skip past them
 	for {
@@ -122,27 +122,24 @@ func (q *Queue) importReadyList(ctx context.Context, list, topic string) (int, e
 			return err
 		})
 		if err != nil {
-			return imported, fmt.Errorf("import: read %s: %w", list, err)
+			return fmt.Errorf("import: read %s: %w", list, err)
 		}
 		for _, id := range ids {
-			ok, err := q.importOne(ctx, id, "ready", topic, list, "", 0)
+			ok, err := q.importOne(ctx, id, "ready", topic, list, "", 0, tally)
 			if err != nil {
-				return imported, err
+				return err
 			}
-			if ok {
-				imported++
-			} else {
+			if !ok {
 				offset++
 			}
 		}
 		if len(ids) < page {
-			return imported, nil
+			return nil
 		}
 	}
 }
 
-func (q *Queue) importBucket(ctx context.Context, bucket string) (int, error) {
-	imported := 0
+func (q *Queue) importBucket(ctx context.Context, bucket string, tally *importTally) error {
 	offset := 0 // members we could not import stay; skip past them
 	for {
 		var reply []string
@@ -152,21 +149,19 @@ func (q *Queue) importBucket(ctx context.Context, bucket string) (int, error) {
 			return err
 		})
 		if err != nil {
-			return imported, fmt.Errorf("import: read %s: %w", bucket, err)
+			return fmt.Errorf("import: read %s: %w", bucket, err)
 		}
 		if len(reply) == 0 {
-			return imported, nil
+			return nil
 		}
 		for i := 0; i+1 < len(reply); i += 2 {
 			id := reply[i]
 			seconds := atoi(reply[i+1])
-			ok, err := q.importOne(ctx, id, "bucket", "", "", bucket, seconds*1000)
+			ok, err := q.importOne(ctx, id, "bucket", "", "", bucket, seconds*1000, tally)
 			if err != nil {
-				return imported, err
+				return err
 			}
-			if ok {
-				imported++
-			} else {
+			if !ok {
 				offset++
 			}
 		}
@@ -174,8 +169,9 @@ func (q *Queue) importBucket(ctx context.Context, bucket string) (int, error) {
 }
 
 // importOne converts the raw job id (from the ready list readyList, or from
-// bucket, scheduled at atMs). It reports whether it converted it.
-func (q *Queue) importOne(ctx context.Context, id, mode, topic, readyList, bucket string, atMs int64) (bool, error) {
+// bucket, scheduled at atMs), and counts it in tally. It reports whether it
+// converted it.
+func (q *Queue) importOne(ctx context.Context, id, mode, topic, readyList, bucket string, atMs int64, tally *importTally) (bool, error) {
 	var raw []byte
 	err := q.withConn(ctx, id, func(c redis.Conn) error {
 		var err error
@@ -196,6 +192,7 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic, readyList, bucke
 	job, err := decodeLegacyJob(raw)
 	if err != nil {
 		q.log.Warn("import: cannot decode a job of the original server; left as it is", "job_id", id, "err", err)
+		tally.left++
 		return false, nil
 	}
 	if topic == "" {
@@ -203,6 +200,7 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic, readyList, bucke
 	}
 	if err := ValidateJob(Job{Topic: topic, ID: id, TTR: clampTTR(job.TTR)}); err != nil {
 		q.log.Warn("import: invalid job of the original server; left as it is", "job_id", id, "err", err)
+		tally.left++
 		return false, nil
 	}
 	if readyList == "" {
@@ -216,6 +214,9 @@ func (q *Queue) importOne(ctx context.Context, id, mode, topic, readyList, bucke
 		id, raw, topic, job.Delay*1000, int64(clampTTR(job.TTR).Seconds()), job.Body, mode, atMs))
 	if err != nil {
 		return false, fmt.Errorf("import %s: %w", id, err)
+	}
+	if result == 1 {
+		tally.imported++
 	}
 	return result == 1, nil
 }
