@@ -30,6 +30,14 @@ const msgBodyTimeout = "request body did not arrive within read_body_timeout (%s
 // within read_body_timeout. On failure it answers the request itself (413
 // when the body is too large, 408 when it is too slow) and returns false.
 func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > h.opts.MaxBodyBytes {
+		// Refused by its head, before a byte of it is read; the
+		// connection closes, so the unread body is not taken for the
+		// next request.
+		w.Header().Set("Connection", "close")
+		writeEnvelope(w, r, http.StatusRequestEntityTooLarge, wire.CodeFailure, msgBodyTooLarge(h.opts.MaxBodyBytes), nil)
+		return nil, false
+	}
 	// net/http bounds the head (ReadHeaderTimeout) but not the body, and a
 	// server-wide ReadTimeout would also cut held pops: net/http watches a
 	// held request's connection by reading it, under the same deadline.
@@ -43,13 +51,13 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	}
 	var body []byte
 	var err error
-	if r.ContentLength >= 0 && r.ContentLength <= h.opts.MaxBodyBytes {
+	if r.ContentLength >= 0 {
 		// The usual case: the length is known and allowed, and the server
 		// stops the body there.
 		body, err = readKnownLength(r.Body, r.ContentLength)
 	} else {
-		// No length (chunked), or more than allowed: read through the
-		// limit, in a buffer that grows from small as bytes arrive.
+		// No length (chunked): read through the limit, in a buffer that
+		// grows from small as bytes arrive.
 		var buf bytes.Buffer
 		_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 		body = buf.Bytes()
@@ -60,8 +68,7 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
-			writeEnvelope(w, r, http.StatusRequestEntityTooLarge, wire.CodeFailure,
-				"request body is larger than max_body_bytes ("+strconv.FormatInt(tooLarge.Limit, 10)+" bytes)", nil)
+			writeEnvelope(w, r, http.StatusRequestEntityTooLarge, wire.CodeFailure, msgBodyTooLarge(tooLarge.Limit), nil)
 		case timed && errors.Is(err, os.ErrDeadlineExceeded):
 			seconds := strconv.FormatFloat(h.opts.ReadBodyTimeout.Seconds(), 'f', -1, 64)
 			writeEnvelope(w, r, http.StatusRequestTimeout, wire.CodeFailure, fmt.Sprintf(msgBodyTimeout, seconds), nil)
@@ -74,6 +81,11 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		_ = deadline.SetReadDeadline(time.Time{})
 	}
 	return body, true
+}
+
+// msgBodyTooLarge answers a body over max_body_bytes, limit.
+func msgBodyTooLarge(limit int64) string {
+	return "request body is larger than max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)"
 }
 
 // readKnownLength reads a body of exactly n bytes. Its buffer starts at

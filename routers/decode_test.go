@@ -137,6 +137,29 @@ func TestClaimedBodyCostsWhatArrives(t *testing.T) {
 	})
 }
 
+// A head that claims more than max_body_bytes is answered 413 at once, with
+// none of the body read, and its connection closes.
+func TestClaimedBodyOverTheLimitIsRefusedByItsHead(t *testing.T) {
+	forEachFront(t, func(t *testing.T, f front) {
+		url := f.serve(t, &fakeQueue{}, Options{}, redistest.Logger(t))
+		c, br := dialServer(t, url)
+		if _, err := fmt.Fprintf(c, "POST /push HTTP/1.1\r\nHost: q.example\r\nContent-Length: %d\r\n\r\n{", defaults.MaxBodyBytes+1); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer before the body: %v", err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got, problem := parseEnvelope(resp.StatusCode, resp.Header, raw)
+		if problem != "" || got.status != 413 || got.code != 1 || !resp.Close ||
+			got.msg != fmt.Sprintf("request body is larger than max_body_bytes (%d bytes)", defaults.MaxBodyBytes) {
+			t.Fatalf("answer %d %v %s %s; want 413, code 1 and Connection: close", resp.StatusCode, resp.Header, raw, problem)
+		}
+	})
+}
+
 // A body that grows in pieces, or is already in memory, is read whole, and
 // a short one fails as before.
 func TestReadKnownLength(t *testing.T) {
