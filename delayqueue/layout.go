@@ -159,39 +159,120 @@ func (q *Queue) migrationCall(ctx context.Context, p *partition, script *script,
 }
 
 // migrateV1 moves the jobs of this server's layout before partitions (a
-// hash per job) into their partitions, one atomic script call each.
+// hash per job) into their partitions, one atomic script call each: first
+// the ready jobs, in the order of their ready lists, then the others.
 func (q *Queue) migrateV1(ctx context.Context) (int, error) {
-	hashes, err := q.scanKeys(ctx, globEscape(q.keys.v1JobPrefix())+"*", "hash")
+	lists, err := q.scanKeys(ctx, globEscape(q.keys.readyPrefix)+"*"+globEscape(q.keys.readySuffix), "list")
 	if err != nil {
-		return 0, fmt.Errorf("list the old jobs: %w", err)
+		return 0, fmt.Errorf("list the old ready lists: %w", err)
 	}
 	migrated := 0
+	for _, list := range lists {
+		n, err := q.migrateV1ReadyList(ctx, list)
+		migrated += n
+		if err != nil {
+			return migrated, err
+		}
+	}
+	hashes, err := q.scanKeys(ctx, globEscape(q.keys.v1JobPrefix())+"*", "hash")
+	if err != nil {
+		return migrated, fmt.Errorf("list the old jobs: %w", err)
+	}
 	for _, key := range hashes {
-		id := key[len(q.keys.v1JobPrefix()):]
-		var fields []string
-		err := q.withConn(ctx, key, func(c redis.Conn) error {
-			var err error
-			fields, err = redis.Strings(c.Do("HMGET", key, "t", "k"))
-			return err
-		})
+		moved, err := q.migrateV1Job(ctx, key[len(q.keys.v1JobPrefix()):], nil)
 		if err != nil {
-			return migrated, fmt.Errorf("read %s: %w", key, err)
+			return migrated, err
 		}
-		topic, bucket := fields[0], atoi(fields[1])
-		if bucket < 1 {
-			bucket = 1
-		}
-		p := q.partitionOf(id)
-		n, err := redis.Int(q.migrationCall(ctx, p, q.scripts.migrateV1,
-			[]string{key, q.keys.bucketName(int(bucket)), q.keys.legacyReady(topic), q.keys.v1Dead(topic), q.keys.v1Hooks()}, id))
-		if err != nil {
-			return migrated, fmt.Errorf("migrate %s: %w", id, err)
-		}
-		if n == 1 {
+		if moved == v1Moved {
 			migrated++
 		}
 	}
 	return migrated, nil
+}
+
+// migrateV1ReadyList moves the ready jobs of one old ready list in its
+// order: each gets a ready position at its due time, or at the one before
+// it in the list when that is later, so that the jobs of a topic pop in
+// the order they had, and before those that come due after them. (The
+// list may also hold the original server's ids, which the import takes.)
+func (q *Queue) migrateV1ReadyList(ctx context.Context, list string) (int, error) {
+	const page = 500
+	migrated, offset := 0, 0 // ids that are not jobs of this layout stay; skip past them
+	readyAt := int64(0)      // the last ready job's position, unix ms
+	for {
+		var ids []string
+		err := q.withConn(ctx, list, func(c redis.Conn) error {
+			var err error
+			ids, err = redis.Strings(c.Do("LRANGE", list, offset, offset+page-1))
+			return err
+		})
+		if err != nil {
+			return migrated, fmt.Errorf("read %s: %w", list, err)
+		}
+		for _, id := range ids {
+			moved, err := q.migrateV1Job(ctx, id, &readyAt)
+			if err != nil {
+				return migrated, err
+			}
+			switch moved {
+			case v1Moved:
+				migrated++
+			case v1NotOld:
+				offset++
+			}
+		}
+		if len(ids) < page {
+			return migrated, nil
+		}
+	}
+}
+
+// v1Move is what migrateV1Job did with an id.
+type v1Move int
+
+const (
+	v1NotOld  v1Move = iota // no job of the old layout: left as it was
+	v1Moved                 // moved into its partition
+	v1Dropped               // in its partition already: the old copy dropped
+)
+
+// migrateV1Job moves the old job id, if it is one and is not moved yet. A
+// ready job's position is at the time of the move when readyAt is nil;
+// else at its due time or at *readyAt (unix ms), whichever is later, and
+// *readyAt becomes that time.
+func (q *Queue) migrateV1Job(ctx context.Context, id string, readyAt *int64) (v1Move, error) {
+	key := q.keys.v1JobPrefix() + id
+	var fields []string
+	err := q.withConn(ctx, key, func(c redis.Conn) error {
+		var err error
+		fields, err = redis.Strings(c.Do("HMGET", key, "t", "k", "d", "s"))
+		return err
+	})
+	if err != nil {
+		return v1NotOld, fmt.Errorf("read %s: %w", key, err)
+	}
+	topic, bucket, dueAt, state := fields[0], atoi(fields[1]), atoi(fields[2]), fields[3]
+	if state == "" {
+		return v1NotOld, nil
+	}
+	bucket = max(bucket, 1)
+	positionAt := ""
+	if readyAt != nil && state == "ready" {
+		*readyAt = max(*readyAt, dueAt)
+		positionAt = strconv.FormatInt(*readyAt, 10)
+	}
+	p := q.partitionOf(id)
+	n, err := redis.Int(q.migrationCall(ctx, p, q.scripts.migrateV1,
+		[]string{key, q.keys.bucketName(int(bucket)), q.keys.legacyReady(topic), q.keys.v1Dead(topic), q.keys.v1Hooks()}, id, positionAt))
+	switch {
+	case err != nil:
+		return v1NotOld, fmt.Errorf("migrate %s: %w", id, err)
+	case n == 1:
+		return v1Moved, nil
+	case n == 0:
+		return v1Dropped, nil
+	}
+	return v1NotOld, nil
 }
 
 // dropV1Keys deletes what the layout before partitions kept besides its

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -176,6 +178,63 @@ func TestMigrateV1Layout(t *testing.T) {
 		}
 		if l, found, err := ReadLayout(ctx, q.rdb, "dq_"); err != nil || !found || l.Partitions != 3 {
 			t.Errorf("layout record = %+v, %v, %v", l, found, err)
+		}
+	})
+}
+
+// The ready jobs of the layout before partitions keep their order: within a
+// partition they pop as their old ready list had them, whatever the order
+// the migration finds their records in, and before a job that came due
+// after them while no server ran.
+func TestMigrateV1KeepsTheReadyOrder(t *testing.T) {
+	t.Parallel()
+	forEachStandaloneBackend(t, func(t *testing.T, r *testRedis) {
+		c := r.dialPrimary(t, r.opts.Addr)
+		defer c.Close()
+		now := time.Now().UnixMilli()
+		// Ids of one partition of the default 3, in the old list's order;
+		// due times that do not follow it (a job made ready at once sits
+		// behind one the scanner moved a moment later).
+		var ids []string
+		for i := 0; len(ids) < 40; i++ {
+			if id := fmt.Sprintf("v1-order-%d", i); partitionNumber(id, 3) == 2 {
+				ids = append(ids, id)
+			}
+		}
+		for i, id := range ids {
+			due := now - 20_000 + int64((i*7)%11)*100
+			if _, err := c.Do("HSET", "dq_job:"+id, "a", 0, "b1", "body of "+id, "c", due, "d", due, "k", 1, "n", 1,
+				"r", 30, "s", "ready", "t", "orders"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Do("RPUSH", "dq_queue_orders", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		late := "v1-late"
+		for i := 0; partitionNumber(late, 3) != 2; i++ {
+			late = fmt.Sprintf("v1-late-%d", i)
+		}
+		if _, err := c.Do("HSET", "dq_job:"+late, "a", 0, "b1", "due later", "c", now-60_000, "d", now-1_000, "k", 2, "n", 1,
+			"r", 30, "s", "delay", "t", "orders"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do("ZADD", "dq_bucket_2", now-1_000, late); err != nil {
+			t.Fatal(err)
+		}
+
+		q := newTestQueue(t, r)
+		want := append(append([]string(nil), ids...), late)
+		var got []string
+		for len(got) < len(want) {
+			d := mustPop(t, q, 5*time.Second, "orders")
+			if d == nil {
+				t.Fatalf("popped %d of %d jobs, then none", len(got), len(want))
+			}
+			got = append(got, d.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("popped\n%v\nwant the old list's order, then the job due later:\n%v", got, want)
 		}
 	})
 }

@@ -7,11 +7,15 @@
 -- KEYS: the partition's (see lib.lua, section record), then KEYS[11] the job's old hash,
 -- KEYS[12] its old bucket, KEYS[13] its topic's old ready list, KEYS[14]
 -- its topic's old dead letters, KEYS[15] the old webhook list.
--- ARGV[ARG] id.
+-- ARGV[ARG] id, ARGV[ARG + 1] for a ready job the time of its ready
+-- position, ms ("" for now): the caller walks the old ready lists in their
+-- order and gives times that never go back, so that the jobs keep it, and
+-- stay ahead of jobs that came due later.
 -- Reply: 1 migrated, 0 already in the current layout (the old copy is
 -- dropped), -1 no old job.
 local old, old_bucket, old_ready, old_dead, old_hooks = KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local id = ARGV[ARG]
+local ready_at = tonumber(ARGV[ARG + 1])
 local f = redis.call('HGETALL', old)
 if #f == 0 then
   return -1
@@ -55,6 +59,9 @@ elseif state == 'reserved' then
   job.s, job.x = 'reserved', time13(tonumber(score or h.l or int(now)))
 elseif state == 'dead' then
   job.s, job.x = 'dead', time13(tonumber(job.dt ~= '0' and job.dt or int(now)))
+elseif ready_at then
+  local seq = redis.call('HINCRBY', KEYS[8], 'seq', 1)
+  job.s, job.x = 'ready', time13(ready_at) .. '.' .. string.format('%016d', seq)
 else
   job.s, job.x = 'ready', ready_position()
 end
