@@ -23,6 +23,7 @@ const (
 	// was done to the others), and the whole batch may be sent again.
 	msgPartlyDone      = "%d of %d not %s: %s; %s the whole batch again is safe"
 	msgShuttingDown    = "server is shutting down, try again"
+	msgStarting        = "server is starting (moving jobs to the current layout), try again"
 	msgRequestCanceled = "request canceled"
 	msgTooManyHeldPops = "too many held pops on this server (max_held_pops = %d), try again or another server"
 	msgNotReplicated   = "not confirmed by enough redis replicas (wait_replicas), try again"
@@ -170,6 +171,10 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		// retries, which at-least-once tolerates.
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "change not replicated in time", failureAttrs(r, op, err)...)
 		fail(w, r, msgNotReplicated)
+	case errors.Is(err, delayqueue.ErrStarting):
+		// Redis answers: the engine is still moving older layouts' jobs
+		// (see /readyz). The request line says so; no warning per request.
+		fail(w, r, msgStarting)
 	case errors.Is(err, delayqueue.ErrUnavailable):
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", failureAttrs(r, op, err)...)
 		fail(w, r, msgRedisUnavailable)

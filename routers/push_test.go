@@ -443,6 +443,8 @@ func TestPushBatchEngineAnswers(t *testing.T) {
 		want string
 	}{
 		{"redis down", &fakeQueue{err: delayqueue.ErrUnavailable}, `{"code":1,"message":"redis unavailable, try again","data":null}`},
+		{"starting", &fakeQueue{err: fmt.Errorf("push: %w", delayqueue.ErrStarting)},
+			`{"code":1,"message":"server is starting (moving jobs to the current layout), try again","data":null}`},
 		{"engine refuses", &fakeQueue{err: fmt.Errorf("push: job 1: %w: id too long", delayqueue.ErrInvalidJob)},
 			`{"code":1,"message":"push: job 1: invalid job: id too long","data":null}`},
 		{"wrong number of results", &fakeQueue{pushResults: []delayqueue.PushResult{{}}},
