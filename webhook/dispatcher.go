@@ -109,6 +109,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 // claimLoop claims jobs while there are free slots, until ctx is done.
 func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGroup) {
+	// Nothing can be claimed while the engine brings an older release's
+	// jobs over at start-up: wait for it, rather than fail a claim every
+	// few seconds.
+	select {
+	case <-d.queue.Started():
+	case <-ctx.Done():
+		return
+	}
 	mayHaveMore := true // claim at once on start
 	for {
 		free := d.takeFreeSlots(ctx)
