@@ -222,8 +222,9 @@ func TestScriptsWithoutFunctions(t *testing.T) {
 }
 
 // A full Redis (maxmemory with noeviction) refuses new jobs but still lets
-// consumers finish and delete jobs, which frees memory, and read them.
-func TestFinishAndDeleteWorkWhileRedisIsOutOfMemory(t *testing.T) {
+// consumers drain it: jobs come due and pop, and consumers finish and
+// delete them, which frees memory; and they can be read.
+func TestConsumersDrainAFullRedis(t *testing.T) {
 	t.Parallel()
 	q, setMaxMemory := queueOnOwnServer(t)
 	ctx := context.Background()
@@ -232,6 +233,8 @@ func TestFinishAndDeleteWorkWhileRedisIsOutOfMemory(t *testing.T) {
 	if d := mustPop(t, q, 0, "oom"); d == nil || d.ID != "held" {
 		t.Fatalf("pop = %+v, want held", d)
 	}
+	mustPush(t, q, Job{Topic: "oom", ID: "ready"})
+	mustPush(t, q, Job{Topic: "oom", ID: "due", Delay: 300 * time.Millisecond})
 
 	setMaxMemory("1")
 	if _, err := q.Push(ctx, Job{Topic: "oom", ID: "new", TTR: 30 * time.Second}); !errors.Is(err, ErrRedisFull) {
@@ -240,6 +243,15 @@ func TestFinishAndDeleteWorkWhileRedisIsOutOfMemory(t *testing.T) {
 	if info, err := q.Get(ctx, "waiting"); err != nil || info == nil || info.State != StateDelay {
 		t.Fatalf("get while Redis is full = %+v, %v; want the delayed job", info, err)
 	}
+	for _, want := range []string{"ready", "due"} {
+		d, err := q.Pop(ctx, []string{"oom"}, 5*time.Second)
+		if err != nil || d == nil || d.ID != want {
+			t.Fatalf("pop while Redis is full = %+v, %v; want %s", d, err, want)
+		}
+		if err := q.Finish(ctx, d.ID); err != nil {
+			t.Fatalf("finish %s while Redis is full: %v", d.ID, err)
+		}
+	}
 	if err := q.Finish(ctx, "held"); err != nil {
 		t.Fatalf("finish while Redis is full: %v", err)
 	}
@@ -247,7 +259,7 @@ func TestFinishAndDeleteWorkWhileRedisIsOutOfMemory(t *testing.T) {
 		t.Fatalf("delete while Redis is full: %v", err)
 	}
 	setMaxMemory("0")
-	for _, id := range []string{"held", "waiting", "new"} {
+	for _, id := range []string{"held", "waiting", "new", "ready", "due"} {
 		if info, err := q.Get(ctx, id); !gone(info, err) {
 			t.Errorf("get %s = %+v, %v; want no job", id, info, err)
 		}

@@ -373,10 +373,11 @@ type removal struct {
 // Options.WaitReplicas a finish waits for the replicas and a claim must
 // not, so finishes have calls of their own then (finish.lua, then WAIT).
 //
-// A Redis out of memory refuses claim.lua before it runs (or, as a script
-// of its own, at its first write, before anything is written) but lets
-// finish.lua run, since a finish frees memory: the ids are then finished
-// by finish.lua.
+// Where the scripts are sent with EVALSHA (Redis 6.2, which has no
+// functions and so no 'allow-oom' flag for claim.lua), a Redis out of
+// memory refuses claim.lua at its first write, before anything is written,
+// but lets finish.lua run, since a finish frees memory: the ids are then
+// finished by finish.lua.
 func (q *Queue) finishOn(ctx context.Context, p *partition, ids []any) ([]removal, error) {
 	if q.opts.WaitReplicas > 0 {
 		return p.finishes.do(ctx, ids)

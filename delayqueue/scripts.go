@@ -76,14 +76,19 @@ func isLibraryPresentReply(err error) bool {
 // functionFlags are the flags the library declares for a script's
 // function, which Redis honours for functions only (a script of its own is
 // refused for lack of memory at its first write only, and then runs
-// through). get.lua only reads. The removals free memory, so a full Redis
-// still lets consumers finish and delete jobs, and refuses every other
-// write of theirs.
+// through). get.lua only reads. A full Redis (maxmemory, noeviction)
+// refuses what adds jobs (push, and the moves between partitions) and runs
+// the rest: the removals free memory, and the moves of a job between its
+// states (due, claimed, released, lease ended, given back, kicked) and the
+// wake-up tokens that go with them take about what they free. Without
+// them consumers could not pop the jobs they must finish to free memory:
+// a full Redis would stay full.
 func functionFlags(file string) string {
 	switch file {
 	case "get.lua":
 		return "'no-writes'"
-	case "finish.lua", "delete.lua", "deaddelete.lua", "deadsweep.lua":
+	case "finish.lua", "delete.lua", "deaddelete.lua", "deadsweep.lua",
+		"claim.lua", "claimhook.lua", "movedue.lua", "release.lua", "touch.lua", "unclaim.lua", "kick.lua", "signal.lua":
 		return "'allow-oom'"
 	}
 	return ""
