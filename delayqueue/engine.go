@@ -176,7 +176,7 @@ func New(rdb Redis, opts Options, logger *slog.Logger) (*Queue, error) {
 		obs:         opts.Observer,
 		ready:       make(chan struct{}),
 		stopWaiting: make(chan struct{}),
-		outages:     newOutages(logger),
+		outages:     newOutages(logger, opts.Cluster),
 	}
 	loops := loopsPerPartition(opts.BucketSize)
 	q.waiters = newWaiterRegistry(loops)

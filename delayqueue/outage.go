@@ -11,15 +11,17 @@ import (
 
 // outages tells when Redis stops answering and when it answers again, so
 // that an outage is logged once when it starts and once when it ends, not
-// once per call. It follows each hash slot the engine's calls went to
-// (a partition's keys share one): on a cluster one primary may be down
-// while the others answer, and the successes on those must not end the
-// outage of the slots it held. A slot is down from a call to it that Redis
-// did not answer until a call to it that Redis answered, or until no call
-// to it has failed for staleAfter (a slot the engine stopped calling, such
-// as a key of the start-up import).
+// once per call. On a cluster it follows each hash slot the engine's calls
+// went to (a partition's keys share one): one primary may be down while
+// the others answer, and the successes on those must not end the outage of
+// the slots it held. A slot is down from a call to it that Redis did not
+// answer until a call to it that Redis answered, or until no call to it
+// has failed for staleAfter (a slot the engine stopped calling, or calls
+// seldom). One Redis (or Sentinel's primary) counts as one slot: any
+// answer ends its outage.
 type outages struct {
 	log        *slog.Logger
+	cluster    bool
 	now        func() time.Time
 	staleAfter time.Duration
 
@@ -34,8 +36,17 @@ type outages struct {
 // once a ScanInterval while Redis is unreachable.
 const outageStaleAfter = 10 * time.Second
 
-func newOutages(logger *slog.Logger) *outages {
-	return &outages{log: logger, now: time.Now, staleAfter: outageStaleAfter, lastFailure: map[int]time.Time{}}
+func newOutages(logger *slog.Logger, cluster bool) *outages {
+	return &outages{log: logger, cluster: cluster, now: time.Now, staleAfter: outageStaleAfter, lastFailure: map[int]time.Time{}}
+}
+
+// slotOf is what a call on key counts for: its hash slot on a cluster,
+// else the one Redis.
+func (o *outages) slotOf(key string) int {
+	if !o.cluster {
+		return 0
+	}
+	return redisconn.Slot(key)
 }
 
 // answered notes a call on key that Redis answered, and logs the end of the
@@ -44,7 +55,7 @@ func (o *outages) answered(key string) {
 	if o.down.Load() == 0 {
 		return
 	}
-	slot := redisconn.Slot(key)
+	slot := o.slotOf(key)
 	now := o.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -63,7 +74,7 @@ func (o *outages) answered(key string) {
 // failed notes a call on key that Redis did not answer, and logs the start
 // of an outage when no slot was down.
 func (o *outages) failed(key string, err error) {
-	slot := redisconn.Slot(key)
+	slot := o.slotOf(key)
 	now := o.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()

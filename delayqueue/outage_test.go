@@ -22,20 +22,31 @@ func TestOutagesLogOnceEach(t *testing.T) {
 		down   bool // outages.any() after the step
 	}
 	tests := []struct {
-		name  string
-		steps []step
+		name     string
+		oneRedis bool // else a cluster, whose slots are followed one by one
+		steps    []step
 		// logged is the lines, in order: "down" for the error, "up" for
 		// the recovery.
 		logged []string
 	}{
 		{
-			name: "one redis: every slot fails, then answers",
+			name: "a cluster: every slot fails, then answers",
 			steps: []step{
 				{key: a, failed: true, down: true},
 				{key: b, failed: true, down: true},
 				{key: a, failed: true, down: true},
 				{after: time.Second, key: a, down: true},
 				{key: b, down: false},
+				{key: a, down: false},
+			},
+			logged: []string{"down", "up"},
+		},
+		{
+			name: "one redis: any answer ends the outage", oneRedis: true,
+			steps: []step{
+				{key: a, failed: true, down: true},
+				{key: b, failed: true, down: true},
+				{after: time.Second, key: b, down: false},
 				{key: a, down: false},
 			},
 			logged: []string{"down", "up"},
@@ -77,7 +88,7 @@ func TestOutagesLogOnceEach(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			o := newOutages(slog.New(slog.NewTextHandler(&out, nil)))
+			o := newOutages(slog.New(slog.NewTextHandler(&out, nil)), !tt.oneRedis)
 			now := time.Unix(1_800_000_000, 0)
 			o.now = func() time.Time { return now }
 			for i, s := range tt.steps {
