@@ -176,7 +176,10 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		// (see /readyz). The request line says so; no warning per request.
 		fail(w, r, msgStarting)
 	case errors.Is(err, delayqueue.ErrUnavailable):
-		h.logger.LogAttrs(ctx, slog.LevelWarn, "redis unavailable", failureAttrs(r, op, err)...)
+		// The engine logs an outage once when it starts and once when it
+		// ends; the request line says this request failed. Its detail is
+		// for debugging.
+		h.logger.LogAttrs(ctx, slog.LevelDebug, "redis unavailable", failureAttrs(r, op, err)...)
 		fail(w, r, msgRedisUnavailable)
 	case errors.Is(err, delayqueue.ErrRedisFull):
 		// An operator must act: at error level, as Redis' own words.

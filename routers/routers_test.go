@@ -198,6 +198,7 @@ func TestQueueErrors(t *testing.T) {
 		{"redis unavailable", fmt.Errorf("push: %w: dial tcp 127.0.0.1:6379: connection refused", delayqueue.ErrUnavailable), "redis unavailable, try again"},
 		{"invalid job", fmt.Errorf("push x: %w: topic too long", delayqueue.ErrInvalidJob), "push x: invalid job: topic too long"},
 		{"shutting down", delayqueue.ErrClosed, "server is shutting down, try again"},
+		{"starting", fmt.Errorf("get x: %w", delayqueue.ErrStarting), "server is starting (moving jobs to the current layout), try again"},
 		{"anything else", errors.New("ERR Error running script (call to f_123): secret detail"), "internal error"},
 		{"context canceled while the client is still there", context.Canceled, "internal error"},
 		{"not found", fmt.Errorf("release x: %w", delayqueue.ErrNotFound), "job not found"},

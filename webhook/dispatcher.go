@@ -148,7 +148,13 @@ func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGrou
 		}
 		mayHaveMore = err == nil && len(jobs) == free
 		if err != nil {
-			d.log.Warn("claiming callback jobs failed", "err", err)
+			// An outage is the engine's to log, once; anything else is
+			// worth a warning.
+			level := slog.LevelWarn
+			if errors.Is(err, delayqueue.ErrUnavailable) {
+				level = slog.LevelDebug
+			}
+			d.log.Log(ctx, level, "claiming callback jobs failed", "err", err)
 			_ = pause.For(ctx, claimErrorBackoff)
 		}
 	}
