@@ -259,7 +259,9 @@ func (q *Queue) migrateV1Job(ctx context.Context, id string, readyAt *int64) (v1
 	positionAt := ""
 	if readyAt != nil && state == "ready" {
 		*readyAt = max(*readyAt, dueAt)
-		positionAt = strconv.FormatInt(*readyAt, 10)
+		if *readyAt > 0 { // else no due time was recorded: the time of the move
+			positionAt = strconv.FormatInt(*readyAt, 10)
+		}
 	}
 	p := q.partitionOf(id)
 	n, err := redis.Int(q.migrationCall(ctx, p, q.scripts.migrateV1,
