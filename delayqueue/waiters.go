@@ -19,6 +19,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/pause"
+	"github.com/delay-queue/delay-queue/internal/redisconn"
 )
 
 // A waiter is one held Pop. It sits in the FIFO of each of its topics until
@@ -385,6 +386,20 @@ func (l *dispatchLoop) listensForHooks() bool {
 	return l.index == 0 && l.q.waiters.hooksWanted()
 }
 
+// slotMovingPause is how long a dispatch loop waits before it dials again
+// after its BLPOP met a slot that moved or is moving.
+const slotMovingPause = 50 * time.Millisecond
+
+// slotMoving reports whether err is a cluster's answer that a slot has
+// moved or is moving: MOVED, ASK or TRYAGAIN.
+func slotMoving(err error) bool {
+	switch redisconn.RedirectKind(err) {
+	case redisconn.RedirectMoved, redisconn.RedirectAsk, redisconn.RedirectTryAgain:
+		return true
+	}
+	return false
+}
+
 func (l *dispatchLoop) run(ctx context.Context) {
 	health := l.q.health.start(LoopDispatcher)
 	defer health.stop()
@@ -459,9 +474,18 @@ func (l *dispatchLoop) run(ctx context.Context) {
 					err = l.serveEvery(ctx, ready, health)
 				}
 			}
+		case slotMoving(err):
+			// The slot moved (MOVED), or is moving: an ASK, or a TRYAGAIN
+			// for the BLPOP's several keys, during a migration. Redis
+			// answered: no outage and no failed round. The next Dial finds
+			// the owner the map has learnt; a short pause first, since a
+			// migrating slot answers at once until it has moved.
+			conn.Close()
+			conn = nil
+			l.q.noteRedis(l.control, nil)
+			_ = pause.For(ctx, slotMovingPause)
+			continue
 		case err != nil:
-			// Also a BLPOP unblocked because its slot moved (MOVED): the
-			// next Dial finds the new owner.
 			conn.Close()
 			conn = nil
 			loopErr := unavailableUnlessAnswered(err)

@@ -314,3 +314,57 @@ func TestIdleDispatchLoopListeningForCallbacksIsNoFailure(t *testing.T) {
 		}
 	})
 }
+
+// A dispatch loop whose BLPOP its slot's move to another primary unblocks
+// (MOVED) waits on the new owner: the move is no Redis outage and no
+// failed round, and the held pop is served from there. On a cluster of its
+// own: it moves a slot.
+func TestDispatchLoopFollowsItsMovedSlot(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	obs := &recordingObserver{counts: map[string]int{}}
+	q := newTestQueue(t, onCluster(c), func(o *Options) { o.BucketSize = 1; o.Observer = obs })
+	ctx := context.Background()
+	p := q.partitions[0]
+	slot := redisconn.Slot(p.key())
+	source := c.SlotOwner(t, slot)
+	var target string
+	for _, addr := range c.Primaries(t) {
+		if addr != source {
+			target = addr
+			break
+		}
+	}
+	blpopOn := func(addr string) bool {
+		list, err := redis.String(c.Node(addr).Do("CLIENT", "LIST"))
+		return err == nil && strings.Contains(list, "cmd=blpop")
+	}
+
+	popped := make(chan *Delivery, 1)
+	go func() {
+		d, err := q.Pop(ctx, []string{"moved"}, 20*time.Second)
+		if err != nil {
+			t.Errorf("held pop: %v", err)
+		}
+		popped <- d
+	}()
+	redistest.WaitFor(t, 10*time.Second, "a dispatch loop's BLPOP on "+source, func() bool { return blpopOn(source) })
+	c.MigrateSlot(t, slot, target)
+	redistest.WaitFor(t, 10*time.Second, "a dispatch loop's BLPOP on "+target, func() bool { return blpopOn(target) })
+
+	mustPush(t, q, Job{Topic: "moved", ID: "after-the-move"})
+	select {
+	case d := <-popped:
+		if d == nil || d.ID != "after-the-move" {
+			t.Fatalf("held pop = %+v, want after-the-move", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held pop was not served after the move")
+	}
+	if n := obs.get("redis-error/"); n != 0 {
+		t.Errorf("the move counted %d redis errors, want none", n)
+	}
+	if n := obs.get("loop-error/" + LoopDispatcher); n != 0 {
+		t.Errorf("the move counted %d dispatcher errors, want none", n)
+	}
+}
