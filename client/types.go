@@ -412,8 +412,9 @@ func (r *ReleaseResult) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// FinishResult is the outcome of a batch finish. Dead lists the ids the
-// server refused because they are dead-lettered; the others are finished.
+// FinishResult is the outcome of a batch finish: Finished counts the jobs
+// finished now (not ids with no job, finished or deleted already); Dead
+// lists the ids the server refused because they are dead-lettered.
 type FinishResult = wire.FinishResult
 
 // TopicStats counts a topic's jobs in each state.

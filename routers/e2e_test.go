@@ -450,8 +450,9 @@ func e2eRetryToDead(t *testing.T, url string) {
 	}
 
 	mustFail(t, url, "/finish", `{"id":"L1"}`, "job is dead-lettered")
+	// An unknown id is not counted as finished: nothing was.
 	got = mustFail(t, url, "/finish", `{"ids":["L1","unknown"]}`, "1 job is dead-lettered")
-	if string(got.data) != `{"finished":1,"dead":["L1"]}` {
+	if string(got.data) != `{"finished":0,"dead":["L1"]}` {
 		t.Fatalf("batch finish with a dead job: %s", got.raw)
 	}
 	mustFail(t, url, "/release", `{"id":"L1"}`, "job is dead-lettered")

@@ -148,12 +148,16 @@ func (h *handler) finish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var dead []string
+	finished := 0
 	for i, s := range statuses {
-		if s == delayqueue.RemoveDead {
+		switch s {
+		case delayqueue.RemoveDead:
 			dead = append(dead, req.IDs[i])
+		case delayqueue.Removed:
+			finished++
 		}
 	}
-	view := wire.FinishResult{Finished: len(req.IDs) - len(dead), Dead: dead}
+	view := wire.FinishResult{Finished: finished, Dead: dead}
 	if len(dead) > 0 {
 		// The others are finished: data says which were refused.
 		failWithData(w, r, areDeadLettered(len(dead)), view)

@@ -53,9 +53,10 @@ type Delivery struct {
 	Attempts int    `json:"attempts"`
 }
 
-// FinishResult is the data of /finish with ids. Dead lists the ids refused
-// because they are dead-lettered ([] when none; with some, the answer has
-// code 1); the others are finished.
+// FinishResult is the data of /finish with ids. Finished counts the jobs
+// finished now (an id with no job, finished or deleted already, is not
+// counted, as in DeleteResult); Dead lists the ids refused because they are
+// dead-lettered ([] when none; with some, the answer has code 1).
 type FinishResult struct {
 	Finished int      `json:"finished"`
 	Dead     []string `json:"dead"`
