@@ -154,25 +154,3 @@ func TestPushRefusedWhileRedisIsOutOfMemory(t *testing.T) {
 		t.Fatalf("pop after memory was raised = %+v, want new", d)
 	}
 }
-
-// A pop's lease is a write too: a full Redis refuses the claim with
-// ErrRedisFull, and the job stays ready with no delivery counted; once
-// memory is raised, the next pop gets it at its first attempt.
-func TestPopRefusedWhileRedisIsOutOfMemory(t *testing.T) {
-	t.Parallel()
-	q, setMaxMemory := queueOnOwnServer(t)
-	mustPush(t, q, Job{Topic: "oom", ID: "ready"})
-
-	setMaxMemory("1")
-	ctx := context.Background()
-	if d, err := q.Pop(ctx, []string{"oom"}, 0); d != nil || !errors.Is(err, ErrRedisFull) {
-		t.Fatalf("pop while Redis is full = %+v, %v; want nil, ErrRedisFull", d, err)
-	}
-	setMaxMemory("0")
-	if info, err := q.Get(ctx, "ready"); err != nil || info == nil || info.State != StateReady || info.Attempts != 0 {
-		t.Fatalf("job after the refused claim: %+v, %v; want it ready with no delivery counted", info, err)
-	}
-	if d := mustPop(t, q, 0, "oom"); d == nil || d.ID != "ready" || d.Attempts != 1 {
-		t.Fatalf("pop after memory was raised = %+v, want ready at its first attempt", d)
-	}
-}
