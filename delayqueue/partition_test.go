@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/redisconn"
 	"github.com/delay-queue/delay-queue/internal/redistest"
@@ -403,4 +405,37 @@ func TestPartitionsShareTheirServersSlots(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A cluster that is down (a slot no primary serves, with the default
+// cluster-require-full-coverage) is not ready, though its nodes still
+// answer FUNCTION and SCRIPT; once the slot is served again, it is. On a
+// cluster of its own: it takes a slot away.
+func TestNotReadyWhileTheClusterIsDown(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	q := newTestQueue(t, onCluster(c))
+	ctx := context.Background()
+	if err := q.Ready(ctx); err != nil {
+		t.Fatalf("ready before: %v", err)
+	}
+	slot := redisconn.Slot(q.partitions[0].key())
+	owner := c.Node(c.SlotOwner(t, slot))
+	state := func() string {
+		info, _ := redis.String(owner.Do("CLUSTER", "INFO"))
+		return info
+	}
+	if _, err := owner.Do("CLUSTER", "DELSLOTS", slot); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "cluster_state:fail at "+owner.Addr, func() bool {
+		return strings.Contains(state(), "cluster_state:fail")
+	})
+	if err := q.Ready(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ready while the cluster is down = %v, want ErrUnavailable", err)
+	}
+	if _, err := owner.Do("CLUSTER", "ADDSLOTS", slot); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the cluster ready again", func() bool { return q.Ready(ctx) == nil })
 }

@@ -157,8 +157,8 @@ func (q *Queue) DeadDropped(ctx context.Context) (map[string]int64, int64, error
 }
 
 // Ready checks that the engine can serve: the migrations are done, and
-// every partition's Redis answers and holds every script (it loads any it
-// lost: a restart or SCRIPT FLUSH).
+// every partition's Redis serves its keys and holds every script (it loads
+// any it lost: a restart or SCRIPT FLUSH).
 func (q *Queue) Ready(ctx context.Context) error {
 	// A probe right after start-up waits for an empty database's quick
 	// migration; a longer one answers ErrStarting.
@@ -166,7 +166,15 @@ func (q *Queue) Ready(ctx context.Context) error {
 		return ErrStarting
 	}
 	return q.eachPartition(ctx, func(p *partition) error {
-		return q.withConn(ctx, p.key(), q.ensureScriptsOn)
+		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
+			// A read of the partition's keys: a cluster that is down
+			// refuses it (CLUSTERDOWN), though its nodes still answer
+			// FUNCTION and SCRIPT.
+			if _, err := c.Do("EXISTS", p.key()); err != nil {
+				return err
+			}
+			return q.ensureScriptsOn(c)
+		})
 	})
 }
 
