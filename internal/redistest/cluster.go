@@ -118,7 +118,7 @@ func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []st
 	t.Helper()
 	var lastErr error
 	for range 10 {
-		port := belowEphemeralPort(clusterBusOffset)
+		port := clusterNodePort()
 		if !portFree(port) || !portFree(port+clusterBusOffset) {
 			continue
 		}
@@ -144,19 +144,30 @@ func startClusterNode(t testing.TB, bin string, clientTLS *tls.Config, conf []st
 // cluster bus port.
 const clusterBusOffset = 10000
 
-// Test ports are picked from lowestTestPort up to below firstEphemeralPort,
-// where Linux's ephemeral ports begin: the kernel hands those out to
-// listeners on port 0 and to the source ports of connections, so a port of
-// that range released for a moment may be taken.
+// Test ports are picked below firstEphemeralPort, where Linux's ephemeral
+// ports begin: the kernel hands those out to listeners on port 0 and to the
+// source ports of connections, so a port of that range released for a
+// moment may be taken. Cluster nodes take ports from lowestTestPort up to
+// clusterPortsEnd, so their bus ports lie from 20000 up to
+// clusterPortsEnd+10000; FreePort takes them from freePortsStart up. So
+// the ports of a node killed and restarted by a test are never what
+// FreePort hands another test (of any package) meanwhile: it once took a
+// restarting node's bus port.
 const (
 	lowestTestPort     = 10000
+	clusterPortsEnd    = 16000
+	freePortsStart     = 26000
 	firstEphemeralPort = 32768
 )
 
-// belowEphemeralPort picks a port p at random from lowestTestPort up such
-// that p+room is still below firstEphemeralPort.
-func belowEphemeralPort(room int) int {
-	return lowestTestPort + rand.IntN(firstEphemeralPort-lowestTestPort-room)
+// clusterNodePort picks a cluster node's port at random.
+func clusterNodePort() int {
+	return lowestTestPort + rand.IntN(clusterPortsEnd-lowestTestPort)
+}
+
+// freePortCandidate picks a port for FreePort at random.
+func freePortCandidate() int {
+	return freePortsStart + rand.IntN(firstEphemeralPort-freePortsStart)
 }
 
 // portFree reports whether a listener could take 127.0.0.1:port now.

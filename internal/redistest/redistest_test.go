@@ -8,8 +8,8 @@ import "testing"
 func TestFreePortIsFreeAndBelowTheEphemeralPorts(t *testing.T) {
 	for range 20 {
 		port := FreePort(t)
-		if port < lowestTestPort || port >= firstEphemeralPort {
-			t.Fatalf("FreePort gave %d, outside %d-%d", port, lowestTestPort, firstEphemeralPort-1)
+		if port < freePortsStart || port >= firstEphemeralPort {
+			t.Fatalf("FreePort gave %d, outside %d-%d", port, freePortsStart, firstEphemeralPort-1)
 		}
 		if !portFree(port) {
 			t.Fatalf("FreePort gave %d, which cannot be listened on", port)
