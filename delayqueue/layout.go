@@ -196,35 +196,16 @@ func (q *Queue) migrateV1(ctx context.Context) (int, error) {
 // the order they had, and before those that come due after them. (The
 // list may also hold the original server's ids, which the import takes.)
 func (q *Queue) migrateV1ReadyList(ctx context.Context, list string) (int, error) {
-	const page = 500
-	migrated, offset := 0, 0 // ids that are not jobs of this layout stay; skip past them
-	readyAt := int64(0)      // the last ready job's position, unix ms
-	for {
-		var ids []string
-		err := q.withConn(ctx, list, func(c redis.Conn) error {
-			var err error
-			ids, err = redis.Strings(c.Do("LRANGE", list, offset, offset+page-1))
-			return err
-		})
-		if err != nil {
-			return migrated, fmt.Errorf("read %s: %w", list, err)
+	migrated := 0
+	readyAt := int64(0) // the last ready job's position, unix ms
+	err := q.walkOldList(ctx, list, func(id string) (bool, error) {
+		moved, err := q.migrateV1Job(ctx, id, &readyAt)
+		if moved == v1Moved {
+			migrated++
 		}
-		for _, id := range ids {
-			moved, err := q.migrateV1Job(ctx, id, &readyAt)
-			if err != nil {
-				return migrated, err
-			}
-			switch moved {
-			case v1Moved:
-				migrated++
-			case v1NotOld:
-				offset++
-			}
-		}
-		if len(ids) < page {
-			return migrated, nil
-		}
-	}
+		return moved != v1NotOld, err
+	})
+	return migrated, err
 }
 
 // v1Move is what migrateV1Job did with an id.

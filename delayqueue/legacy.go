@@ -112,8 +112,21 @@ func globEscape(s string) string {
 }
 
 func (q *Queue) importReadyList(ctx context.Context, list, topic string, tally *importTally) error {
+	err := q.walkOldList(ctx, list, func(id string) (bool, error) {
+		return q.importOne(ctx, id, "ready", topic, list, "", 0, tally)
+	})
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	return nil
+}
+
+// walkOldList hands take the ids of an older layout's list, in order, page
+// by page, while take moves them out of it: it reports whether id left the
+// list. The ids that stay are skipped past.
+func (q *Queue) walkOldList(ctx context.Context, list string, take func(id string) (left bool, err error)) error {
 	const page = 500
-	offset := 0 // entries we could not import stay; skip past them
+	offset := 0
 	for {
 		var ids []string
 		err := q.withConn(ctx, list, func(c redis.Conn) error {
@@ -122,14 +135,14 @@ func (q *Queue) importReadyList(ctx context.Context, list, topic string, tally *
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("import: read %s: %w", list, err)
+			return fmt.Errorf("read %s: %w", list, err)
 		}
 		for _, id := range ids {
-			ok, err := q.importOne(ctx, id, "ready", topic, list, "", 0, tally)
+			left, err := take(id)
 			if err != nil {
 				return err
 			}
-			if !ok {
+			if !left {
 				offset++
 			}
 		}

@@ -794,9 +794,11 @@ end
 -- A ready position made now is the call's time, "." and a number from one
 -- counter per partition (counts' "seq"), so that a topic's jobs pop in the
 -- order they became ready (see KEYS). A call takes a few numbers at a
--- time: most make one or a few jobs ready.
+-- time: most make one or a few jobs ready. With at_ms, the position is at
+-- that time instead (migratev1.lua: an older layout's ready jobs keep their
+-- order).
 local positions_left, next_position, position_prefix
-local function ready_position()
+local function ready_position(at_ms)
   if positions_left == 0 then
     positions_left = 64
     next_position = redis.call('HINCRBY', KEYS[8], 'seq', '64') - positions_left
@@ -804,7 +806,7 @@ local function ready_position()
   end
   positions_left = positions_left - 1
   next_position = next_position + 1
-  return position_prefix .. string.format('%016d', next_position)
+  return (at_ms and time13(at_ms) .. '.' or position_prefix) .. string.format('%016d', next_position)
 end
 
 -- make_ready puts a job in its topic's ready index (or, with a callback,

@@ -59,11 +59,8 @@ elseif state == 'reserved' then
   job.s, job.x = 'reserved', time13(tonumber(score or h.l or int(now)))
 elseif state == 'dead' then
   job.s, job.x = 'dead', time13(tonumber(job.dt ~= '0' and job.dt or int(now)))
-elseif ready_at then
-  local seq = redis.call('HINCRBY', KEYS[8], 'seq', 1)
-  job.s, job.x = 'ready', time13(ready_at) .. '.' .. string.format('%016d', seq)
 else
-  job.s, job.x = 'ready', ready_position()
+  job.s, job.x = 'ready', ready_position(ready_at)
 end
 drop_old()
 create(id, job, body)
