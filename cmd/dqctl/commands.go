@@ -466,6 +466,12 @@ func cmdDeadList(ctx context.Context, a *app, args []string) error {
 	if len(positional) != 1 {
 		return usagef("give one topic")
 	}
+	if *limit < 1 || *limit > 1000 {
+		return usagef("--limit must be between 1 and 1000")
+	}
+	if *offset < 0 {
+		return usagef("--offset must not be negative")
+	}
 	page, err := a.client.DeadList(ctx, positional[0], *offset, *limit)
 	if err != nil {
 		return err

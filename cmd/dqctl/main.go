@@ -197,6 +197,8 @@ func (h *helpRequest) Unwrap() error { return flag.ErrHelp }
 // and returns the positional arguments ("--" ends the flags).
 func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.Usage = func() {}
+	// run prints the error once, with the command's usage.
+	fs.SetOutput(io.Discard)
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

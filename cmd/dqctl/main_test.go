@@ -307,6 +307,9 @@ func TestExitCodes(t *testing.T) {
 		{"file with job flags", url, []string{"push", "--file", "x.jsonl", "--topic", "t"}, exitUsage, "drop the job flags"},
 		{"batch too large", url, []string{"push", "--file", "x.jsonl", "--batch", "1001"}, exitUsage, "--batch must be between 1 and 1000"},
 		{"dead without subcommand", url, []string{"dead"}, exitUsage, "list, kick or delete"},
+		{"bad flag value", url, []string{"dead", "list", "--limit", "x", "t"}, exitUsage, `invalid value "x" for flag -limit`},
+		{"dead list limit 0", url, []string{"dead", "list", "--limit", "0", "t"}, exitUsage, "--limit must be between 1 and 1000"},
+		{"dead list negative offset", url, []string{"dead", "list", "--offset", "-1", "t"}, exitUsage, "--offset must not be negative"},
 		{"dead kick with id and count", url, []string{"dead", "kick", "t", "x", "--count", "2"}, exitUsage, "either a job id or --count"},
 		{"API error", url, []string{"push", "--topic", "a,b", "--id", "x"}, exitFailure, "/push: topic must not contain a comma"},
 		{"API error on pop", url, []string{"pop", "--timeout", "1h", "t"}, exitFailure, "timeout must be"},
@@ -320,6 +323,9 @@ func TestExitCodes(t *testing.T) {
 			r := dq(t, tc.url, tc.args...)
 			if r.code != tc.wantCode || !strings.Contains(r.stderr, tc.wantStderr) {
 				t.Errorf("exit %d, stderr %q\nwant exit %d, stderr containing %q", r.code, r.stderr, tc.wantCode, tc.wantStderr)
+			}
+			if tc.wantStderr != "" && strings.Count(r.stderr, tc.wantStderr) > 1 {
+				t.Errorf("stderr %q says %q more than once", r.stderr, tc.wantStderr)
 			}
 		})
 	}
