@@ -165,11 +165,16 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 }
 
 // DeadDelete deletes one dead letter of a topic, or (id "") all of them.
-// It returns how many it deleted.
-func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
+// It returns how many it deleted; the observer counts them as deleted jobs.
+func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (total int, err error) {
 	if err := q.started(ctx); err != nil {
 		return 0, fmt.Errorf("dead delete %s: %w", topic, err)
 	}
+	defer func() {
+		if total > 0 {
+			q.obs.JobsDeleted(topic, total)
+		}
+	}()
 	if id != "" {
 		n, err := redis.Int(q.callAck(ctx, q.partitionOf(id), q.scripts.deadDelete, nil, topic, MaxDeadPage, id))
 		if err != nil {
@@ -177,7 +182,6 @@ func (q *Queue) DeadDelete(ctx context.Context, topic, id string) (int, error) {
 		}
 		return n, nil
 	}
-	total := 0
 	for _, p := range q.partitions {
 		for {
 			n, err := redis.Int(q.callAck(ctx, p, q.scripts.deadDelete, nil, topic, MaxDeadPage))

@@ -63,8 +63,11 @@ func TestObserverSeesEveryEvent(t *testing.T) {
 			t.Fatal("no redelivery")
 		}
 		redistest.WaitFor(t, 5*time.Second, "c dead-lettered", func() bool { return obs.get("dead/o") == 1 })
+		if n, err := q.DeadDelete(ctx, "o", "c"); err != nil || n != 1 {
+			t.Fatalf("dead delete of c = %d, %v", n, err)
+		}
 		for key, want := range map[string]int{"pushed/o": 3, "delivered/o": 3, "redelivered/o": 1,
-			"finished/o": 1, "deleted/o": 1, "expired/o": 2} {
+			"finished/o": 1, "deleted/o": 2, "expired/o": 2} {
 			if got := obs.get(key); got != want {
 				t.Errorf("%s = %d, want %d", key, got, want)
 			}
