@@ -54,6 +54,10 @@ type Config struct {
 	// ReadBodyTimeout bounds reading a request's body, from the end of its
 	// headers (read_body_timeout, seconds).
 	ReadBodyTimeout time.Duration
+	// WriteTimeout bounds writing an answer (write_timeout, seconds): from
+	// the end of the request's body, or of a held /pop's wait. A client that
+	// stops reading its answers loses its connection then.
+	WriteTimeout time.Duration
 	// IdleTimeout closes keep-alive connections left idle this long
 	// (idle_timeout, seconds).
 	IdleTimeout time.Duration
@@ -184,6 +188,7 @@ func Default() Config {
 		MaxJobBodyBytes:       defaults.MaxJobBodyBytes,
 		ReadHeaderTimeout:     10 * time.Second,
 		ReadBodyTimeout:       120 * time.Second,
+		WriteTimeout:          60 * time.Second,
 		IdleTimeout:           240 * time.Second,
 		HTTPFastPath:          true,
 		ShutdownTimeout:       30 * time.Second,

@@ -24,6 +24,7 @@ func TestDefaultMatchesTheOriginal(t *testing.T) {
 		MaxJobBodyBytes:       1048576,
 		ReadHeaderTimeout:     10 * time.Second,
 		ReadBodyTimeout:       120 * time.Second,
+		WriteTimeout:          60 * time.Second,
 		IdleTimeout:           240 * time.Second,
 		HTTPFastPath:          true,
 		ShutdownTimeout:       30 * time.Second,
@@ -174,6 +175,7 @@ max_body_bytes = 1000
 max_job_body_bytes = 1000
 read_header_timeout = 5
 read_body_timeout = 30
+write_timeout = 15
 idle_timeout = 60
 shutdown_timeout = 2
 callback_shutdown_grace = 1
@@ -186,6 +188,7 @@ log_format = JSON
 				c.MaxJobBodyBytes = 1000
 				c.ReadHeaderTimeout = 5 * time.Second
 				c.ReadBodyTimeout = 30 * time.Second
+				c.WriteTimeout = 15 * time.Second
 				c.IdleTimeout = 60 * time.Second
 				c.ShutdownTimeout = 2 * time.Second
 				c.CallbackShutdownGrace = time.Second
@@ -397,6 +400,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{"max_job_body_bytes = 9999999999"}},
 		{"zero read header timeout", "read_header_timeout = 0", []string{"read_header_timeout = 0"}},
 		{"zero read body timeout", "read_body_timeout = 0", []string{"read_body_timeout = 0"}},
+		{"zero write timeout", "write_timeout = 0", []string{"write_timeout = 0"}},
 		{"zero idle timeout", "idle_timeout = 0", []string{"idle_timeout = 0"}},
 		{"negative shutdown timeout", "shutdown_timeout = -3", []string{"shutdown_timeout = -3"}},
 		{"bad log level", "log_level = loud", []string{"log_level", `"loud"`}},

@@ -115,6 +115,7 @@ func settingSetters() map[string]setter {
 		"max_job_body_bytes":      int64Setting(func(c *Config) *int64 { return &c.MaxJobBodyBytes }),
 		"read_header_timeout":     durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadHeaderTimeout }),
 		"read_body_timeout":       durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ReadBodyTimeout }),
+		"write_timeout":           durationSetting(time.Second, func(c *Config) *time.Duration { return &c.WriteTimeout }),
 		"idle_timeout":            durationSetting(time.Second, func(c *Config) *time.Duration { return &c.IdleTimeout }),
 		"http_fast_path":          boolSetting(func(c *Config) *bool { return &c.HTTPFastPath }),
 		"shutdown_timeout":        durationSetting(time.Second, func(c *Config) *time.Duration { return &c.ShutdownTimeout }),

@@ -69,6 +69,7 @@ func (c Config) Validate() error {
 	}{
 		{"read_header_timeout", c.ReadHeaderTimeout},
 		{"read_body_timeout", c.ReadBodyTimeout},
+		{"write_timeout", c.WriteTimeout},
 		{"idle_timeout", c.IdleTimeout},
 		{"shutdown_timeout", c.ShutdownTimeout},
 	} {

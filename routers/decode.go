@@ -80,7 +80,19 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	if timed {
 		_ = deadline.SetReadDeadline(time.Time{})
 	}
+	h.armWriteDeadline(deadline)
 	return body, true
+}
+
+// armWriteDeadline gives the answer write_timeout from now. net/http's
+// WriteTimeout runs from the end of the request's head, which would cut
+// the answer to a slow body or a held /pop; so the server sets it again
+// once the body is in and once a hold ends. (The fast path's writer takes
+// the call as unsupported: it sets the deadline itself when it writes.)
+func (h *handler) armWriteDeadline(rc *http.ResponseController) {
+	if h.opts.WriteTimeout > 0 {
+		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+	}
 }
 
 // msgBodyTooLarge answers a body over max_body_bytes, limit.

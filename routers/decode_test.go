@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/internal/defaults"
 	"github.com/delay-queue/delay-queue/internal/redistest"
 )
@@ -271,5 +272,52 @@ func TestBodyReadTimeout(t *testing.T) {
 				t.Fatal("the held pop was not cancelled after its client left")
 			}
 		})
+	})
+}
+
+// A client that sends requests and stops reading the answers loses its
+// connection after write_timeout: the server's blocked write fails, it
+// closes the connection, and the client's own blocked write then fails.
+// Other clients are served meanwhile. A held /pop is not cut by the
+// deadline: it starts when the hold ends.
+func TestAClientThatStopsReadingLosesItsConnection(t *testing.T) {
+	forEachFront(t, func(t *testing.T, f front) {
+		q := &fakeQueue{popHolds: true, info: &delayqueue.JobInfo{ID: "big", Topic: "t", Body: strings.Repeat("b", 32<<10), State: "ready"}}
+		url := f.serve(t, q, Options{WriteTimeout: time.Second, BlockTimeout: 3 * time.Second}, redistest.Logger(t))
+
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+		request := []byte("POST /get HTTP/1.1\r\nHost: q.example\r\nContent-Length: 12\r\n\r\n{\"id\":\"big\"}")
+		writerDone := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := c.Write(request); err != nil {
+					writerDone <- err
+					return
+				}
+			}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the server to answer some requests", func() bool { return len(q.recorded()) > 0 })
+
+		// Another client is served while that one's answers pile up.
+		if got := post(t, url, "/get", `{"id":"big"}`); got.code != 0 {
+			t.Errorf("another client's /get: code %d %s", got.code, got.msg)
+		}
+		select {
+		case err := <-writerDone:
+			t.Logf("the client's writes end with %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("the connection of a client that reads nothing was still open 20 s after a write_timeout of 1 s")
+		}
+
+		// A held /pop answers after its hold, past write_timeout.
+		start := time.Now()
+		if got := post(t, url, "/pop", `{"topic":"idle","timeout":2}`); got.code != 0 || got.msg != "no job ready" || time.Since(start) < 2*time.Second {
+			t.Errorf("held pop: code %d %q after %v; want no job after its 2 s hold", got.code, got.msg, time.Since(start))
+		}
 	})
 }

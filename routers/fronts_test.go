@@ -68,7 +68,7 @@ func (f front) serveHandler(t testing.TB, h http.Handler, opts Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := &http.Server{Handler: servedBy(viaNetHTTP, h), ReadHeaderTimeout: 5 * time.Second}
+	plain := &http.Server{Handler: servedBy(viaNetHTTP, h), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: opts.WriteTimeout}
 	var srv interface {
 		Serve(net.Listener) error
 		Shutdown(context.Context) error
@@ -82,6 +82,7 @@ func (f front) serveHandler(t testing.TB, h http.Handler, opts Options) string {
 			MaxBody:           fastPathMaxBody(opts),
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadBodyTimeout:   opts.ReadBodyTimeout,
+			WriteTimeout:      opts.WriteTimeout,
 		}
 	}
 	served := make(chan error, 1)

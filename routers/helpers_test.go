@@ -61,6 +61,8 @@ type fakeQueue struct {
 	// popStarted, when set, receives the context of every Pop, which then
 	// waits for that context to end and returns its error.
 	popStarted chan context.Context
+	// popHolds makes Pop wait out its hold, then answer no job.
+	popHolds bool
 }
 
 func (f *fakeQueue) record(c queueCall) {
@@ -109,6 +111,14 @@ func (f *fakeQueue) Pop(ctx context.Context, topics []string, hold time.Duration
 		f.popStarted <- ctx
 		<-ctx.Done()
 		return nil, ctx.Err()
+	}
+	if f.popHolds {
+		select {
+		case <-time.After(hold):
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return f.delivery, f.errOf("pop")
 }

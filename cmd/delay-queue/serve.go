@@ -235,6 +235,7 @@ func (s *server) buildHTTP() {
 	handler := routers.New(s.queue, routers.Options{
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		ReadBodyTimeout: cfg.ReadBodyTimeout,
+		WriteTimeout:    cfg.WriteTimeout,
 		MaxJobBodyBytes: int(cfg.JobBodyLimit()),
 		BlockTimeout:    cfg.QueueBlockTimeout,
 		MaxHeldPops:     cfg.MaxHeldPops,
@@ -249,9 +250,10 @@ func (s *server) buildHTTP() {
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		// No WriteTimeout: a held /pop answers after up to
-		// queue_block_timeout, and a write timeout would cut it.
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// From the end of the head; the handlers set it again once a body
+		// is in and once a held /pop's wait ends (routers.Options).
+		WriteTimeout: cfg.WriteTimeout,
+		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	if !cfg.HTTPFastPath {
 		s.http = plain
@@ -266,6 +268,7 @@ func (s *server) buildHTTP() {
 		MaxBody:           min(cfg.MaxBodyBytes, http1.DefaultMaxBody),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadBodyTimeout:   cfg.ReadBodyTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		Logger:            s.log,
 	}

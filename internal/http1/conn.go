@@ -44,6 +44,8 @@ type conn struct {
 	bodyRead bodyReader
 	response responseWriter
 	held     heldWatch
+	// writeBy is the write deadline set last (see armWrite).
+	writeBy time.Time
 }
 
 func newConn(s *Server, rwc net.Conn) *conn {
@@ -106,6 +108,9 @@ func (c *conn) serve() {
 			// Not one of ours: net/http reads this request, and every
 			// later one, from the bytes still buffered.
 			c.srv.forget(c)
+			if !c.writeBy.IsZero() {
+				_ = c.rwc.SetWriteDeadline(time.Time{}) // net/http sets its own
+			}
 			handedOff = c.srv.handOff(&bufferedConn{Conn: c.rwc, r: c.br})
 			return
 		}
@@ -115,6 +120,22 @@ func (c *conn) serve() {
 		if !c.handle(req) {
 			return
 		}
+	}
+}
+
+// armWrite gives the answer about to be written WriteTimeout: at least
+// half of it, since the deadline is moved only once less than half is
+// left, which spares a deadline call on most requests of a busy
+// connection.
+func (c *conn) armWrite() {
+	d := c.srv.WriteTimeout
+	if d <= 0 {
+		return
+	}
+	now := time.Now()
+	if c.writeBy.Sub(now) < d/2 {
+		c.writeBy = now.Add(d)
+		_ = c.rwc.SetWriteDeadline(c.writeBy)
 	}
 }
 
@@ -354,6 +375,7 @@ func (c *conn) handle(req request) bool {
 		closes, _ := connectionTokens([]byte(v))
 		closing = closing || closes
 	}
+	c.armWrite()
 	if err := c.writeResponse(w, closing); err != nil {
 		return false
 	}

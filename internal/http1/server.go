@@ -127,7 +127,11 @@ type Server struct {
 	// Fallback handler that reads bodies sets its own, through
 	// http.ResponseController.)
 	ReadBodyTimeout time.Duration
-	Logger          *slog.Logger
+	// WriteTimeout bounds writing an answer, from when the handler
+	// returns: a client that stops reading loses its connection then. Zero
+	// means no limit.
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
 
 	mu       sync.Mutex
 	listener net.Listener
