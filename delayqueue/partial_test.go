@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -286,13 +287,54 @@ func TestPopReadsPartitionsOncePerServer(t *testing.T) {
 			servers[rdb.ServerOf(p.key())] = true
 		}
 		before := counted.calls.Load()
-		got, err := q.byBestTopic(ctx, order, []string{"rp-none", "rp-topic"})
+		got, has, err := q.byBestTopic(ctx, order, []string{"rp-none", "rp-topic"})
 		calls := counted.calls.Load() - before
-		if err != nil || len(got) != 1 || got[0] != 7 {
-			t.Fatalf("byBestTopic = %v, %v; want [7], the partition with the ready entry", got, err)
+		if err != nil || len(got) != 1 || got[0] != 7 || !slices.Equal(has[7], []bool{false, true}) {
+			t.Fatalf("byBestTopic = %v, %v, %v; want [7], the partition with the ready entry, having the second topic", got, has, err)
 		}
 		if calls != int64(len(servers)) {
 			t.Errorf("reading %d partitions took %d calls, want one per server (%d)", len(order), calls, len(servers))
+		}
+	})
+}
+
+// A pop of several jobs over a topic list takes every ready job of the
+// first topic, from every partition, before any of the next: the first
+// listed topic wins for each job, as for a pop of one. Whichever partition
+// the claims start at, a partition holding jobs of both topics gives its
+// first topic's jobs only while another still has some of it ready.
+func TestBatchPopTakesTheFirstTopicFromEveryPartition(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 3 })
+		ctx := context.Background()
+		mixed, other := q.partitions[0], q.partitions[1]
+		for start := range q.partitions {
+			urgent, normal := fmt.Sprintf("urgent%d", start), fmt.Sprintf("normal%d", start)
+			var jobs []Job
+			jobs = append(jobs, Job{Topic: urgent, ID: idIn(q, mixed, urgent+"-mixed"), TTR: time.Minute})
+			for i := range 5 {
+				jobs = append(jobs,
+					Job{Topic: normal, ID: idIn(q, mixed, fmt.Sprintf("%s-%d", normal, i)), TTR: time.Minute},
+					Job{Topic: urgent, ID: idIn(q, other, fmt.Sprintf("%s-%d", urgent, i)), TTR: time.Minute})
+			}
+			for _, job := range jobs {
+				mustPush(t, q, job)
+			}
+			q.claimCursor.Store(uint32(start))
+			q.claimStint.Store(0)
+			got, err := q.PopBatch(ctx, []string{urgent, normal}, 8, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var topics []string
+			for _, d := range got {
+				topics = append(topics, d.Topic)
+			}
+			want := []string{urgent, urgent, urgent, urgent, urgent, urgent, normal, normal}
+			if !slices.Equal(topics, want) {
+				t.Errorf("claims starting at partition %d took %v; want the 6 %s jobs, then 2 %s", start, topics, urgent, normal)
+			}
 		}
 	})
 }

@@ -177,7 +177,10 @@ const claimStint = 16
 // only those with some are asked, in the order of the best topic each has:
 // a Pop that finds nothing costs one script call, not one per partition.
 // With several topics the reading comes first, so that the first topic
-// listed wins, as in the original.
+// listed wins, as in the original; a claim of several jobs then takes the
+// topics one at a time, each from every partition that has it ready, so
+// that no job of a later topic is taken while one of an earlier topic is
+// ready elsewhere.
 //
 // A partition whose Redis did not answer is left out for a while (see
 // partition.isDown); its error is returned when no job was claimed.
@@ -193,7 +196,7 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 		lastErr error
 		asked   = make([]bool, n)
 	)
-	ask := func(order []uint32) {
+	ask := func(order []uint32, topics []string) {
 		for _, at := range order {
 			if len(got) >= count || ctx.Err() != nil {
 				return
@@ -213,7 +216,7 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 	}
 	if len(topics) == 1 || n == 1 {
 		if p := q.partitions[start]; !p.isDown() {
-			ask([]uint32{start})
+			ask([]uint32{start}, topics)
 		}
 	}
 	if len(got) < count && n > 1 && ctx.Err() == nil {
@@ -223,11 +226,23 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 				rest = append(rest, at)
 			}
 		}
-		order, err := q.byBestTopic(ctx, rest, topics)
+		order, has, err := q.byBestTopic(ctx, rest, topics)
 		if err != nil {
 			lastErr = err
 		}
-		ask(order)
+		if len(topics) == 1 || count-len(got) == 1 {
+			ask(order, topics)
+		} else {
+			for i, topic := range topics {
+				var holders []uint32
+				for _, at := range order {
+					if has[at][i] {
+						holders = append(holders, at)
+					}
+				}
+				ask(holders, []string{topic})
+			}
+		}
 	}
 	if len(got) > 0 {
 		return got, nil
@@ -241,11 +256,13 @@ func (q *Queue) claim(ctx context.Context, topics []string, count int) ([]*Deliv
 // byBestTopic orders the partitions of order (kept for ties) by the first
 // of topics each has ready, leaving out those with none, and those whose
 // read failed (the first failure is returned with the others' order).
+// has gives, for each partition returned, which of topics it has ready.
 // Partitions on one server are read in one pipeline, on one connection
 // (one Redis holds them all; a cluster primary holds several), and the
 // servers at once: an empty Pop costs a connection and a goroutine per
 // server, not per partition.
-func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string) ([]uint32, error) {
+func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string) (_ []uint32, has map[uint32][]bool, _ error) {
+	ready := make([][]bool, len(order))
 	best := make([]int, len(order))
 	errs := make([]error, len(order))
 	var servers []string
@@ -262,9 +279,9 @@ func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string
 		for k, i := range group {
 			parts[k] = q.partitions[order[i]]
 		}
-		firsts, perr := q.firstReadyTopics(ctx, parts, topics)
+		has, perr := q.readyTopics(ctx, parts, topics)
 		for k, i := range group {
-			best[i], errs[i] = firsts[k], perr[k]
+			ready[i], best[i], errs[i] = has[k], slices.Index(has[k], true), perr[k]
 		}
 	}
 	if len(servers) == 1 {
@@ -291,23 +308,25 @@ func (q *Queue) byBestTopic(ctx context.Context, order []uint32, topics []string
 	}
 	slices.SortStableFunc(ranked, func(a, b int) int { return best[a] - best[b] })
 	out := make([]uint32, len(ranked))
+	has = make(map[uint32][]bool, len(ranked))
 	for k, i := range ranked {
 		out[k] = order[i]
+		has[order[i]] = ready[i]
 	}
-	return out, firstErr
+	return out, has, firstErr
 }
 
-// firstReadyTopics gives, for each of parts (partitions on one server),
-// the index of the first of topics with ready jobs there, or -1, and the
-// error of its read: all their reads go in one pipeline, on a connection
+// readyTopics gives, for each of parts (partitions on one server), which
+// of topics have ready jobs there, and the error of its read: all their
+// reads go in one pipeline, on a connection
 // to the first one's server. A partition whose reply is an error (its slot
 // moved since the map was read) has that error; one whose Redis did not
 // answer is marked down.
-func (q *Queue) firstReadyTopics(ctx context.Context, parts []*partition, topics []string) ([]int, []error) {
-	firsts := make([]int, len(parts))
+func (q *Queue) readyTopics(ctx context.Context, parts []*partition, topics []string) ([][]bool, []error) {
+	ready := make([][]bool, len(parts))
 	errs := make([]error, len(parts))
-	for k := range firsts {
-		firsts[k] = -1
+	for k := range ready {
+		ready[k] = make([]bool, len(topics))
 	}
 	err := q.withConn(ctx, parts[0].key(), func(c redis.Conn) error {
 		for _, p := range parts {
@@ -327,7 +346,7 @@ func (q *Queue) firstReadyTopics(ctx context.Context, parts []*partition, topics
 			case err != nil:
 				return err // the connection failed: every partition's read did
 			default:
-				firsts[k] = slices.Index(has, true)
+				ready[k] = has
 			}
 		}
 		return nil
@@ -338,7 +357,7 @@ func (q *Queue) firstReadyTopics(ctx context.Context, parts []*partition, topics
 		}
 		p.noteError(errs[k])
 	}
-	return firsts, errs
+	return ready, errs
 }
 
 // hasReady says, per topic, whether the partition has ready jobs of it:
