@@ -149,9 +149,13 @@ func (q *Queue) WaitCallbacks(ctx context.Context, timeout time.Duration) {
 // dispatcher is still claiming is taken by that claim, woken or not.
 func (q *Queue) WaitingForCallbacks() bool { return q.waiters.hooksWanted() }
 
-// CallbackSucceeded finishes a webhook job whose call answered 2xx.
-func (q *Queue) CallbackSucceeded(ctx context.Context, id string) error {
-	_, err := q.FinishBatch(ctx, []string{id})
+// CallbackSucceeded finishes a webhook job whose call, of delivery
+// attempt, answered 2xx. The attempt is the receipt, as for a consumer's
+// /finish with attempt: a job deleted, re-pushed or whose lease ended
+// during the call is left as it is now (ErrNotFound, ErrNotReserved,
+// ErrStaleDelivery).
+func (q *Queue) CallbackSucceeded(ctx context.Context, id string, attempt int) error {
+	_, err := q.FinishDelivery(ctx, id, attempt)
 	return err
 }
 

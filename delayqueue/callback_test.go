@@ -157,7 +157,7 @@ func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
 			t.Fatalf("claim after unclaim = %+v, %v", again, err)
 		}
 		for _, id := range ids {
-			if err := q.CallbackSucceeded(ctx, id); err != nil {
+			if err := q.CallbackSucceeded(ctx, id, 1); err != nil {
 				t.Fatal(err)
 			}
 		}

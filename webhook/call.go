@@ -137,6 +137,10 @@ func followRedirect(req *http.Request, via []*http.Request) error {
 	}
 	if leftFirstOrigin(req, via) {
 		req.Header = deliveryHeaders(req.Header)
+	} else if req.ContentLength == 0 && via[0].ContentLength != 0 {
+		// A 301, 302 or 303 made it a GET without the body the signature
+		// is of: no receiver could check it.
+		req.Header.Del(HeaderSignature)
 	}
 	return nil
 }

@@ -265,7 +265,15 @@ func (d *Dispatcher) report(ctx context.Context, job delayqueue.CallbackDelivery
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
 	if res.succeeded() {
-		if err := d.queue.CallbackSucceeded(rctx, job.ID); err != nil {
+		err := d.queue.CallbackSucceeded(rctx, job.ID, job.Attempts)
+		switch {
+		case err == nil:
+		case isMovedOn(err):
+			// Deleted, re-pushed or its lease ended during the call: the
+			// job as it is now is not this call's to finish.
+			d.log.Info("callback answered 2xx after its job moved on; the job is left as it is",
+				"job_id", job.ID, "topic", job.Topic, "attempt", job.Attempts, "err", err)
+		default:
 			d.log.Warn("callback answered 2xx but the job could not be finished; it will be called again after its lease",
 				"job_id", job.ID, "topic", job.Topic, "attempt", job.Attempts, "err", err)
 		}

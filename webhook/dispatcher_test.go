@@ -342,6 +342,39 @@ func TestWaitingJobKeepsItsLease(t *testing.T) {
 	}
 }
 
+// A call that answers 2xx after its job was pushed again (same id) leaves
+// the new job alone: the call's attempt is its receipt.
+func TestACallEndingAfterItsJobWasPushedAgainLeavesTheNewJob(t *testing.T) {
+	t.Parallel()
+	redistest.ForEach(t, redistest.StandaloneBackends(), func(t *testing.T, redis *redistest.Redis) {
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			answer(w, http.StatusOK, "")
+		})
+		t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+		logger, lines := testLogger(t)
+		q, ro := newQueue(t, redis.Addr, logger)
+		startDispatcher(t, q, ro, Options{Allow: allowLoopback}, logger)
+		cb := &delayqueue.Callback{URL: rc.url("/ok"), TimeoutSeconds: 10}
+		mustPush(t, q, delayqueue.Job{Topic: "again", ID: "again-1", Body: "v1", Callback: cb})
+		redistest.WaitFor(t, 5*time.Second, "the first call", func() bool { return rc.inFlightNow() == 1 })
+
+		mustPush(t, q, delayqueue.Job{Topic: "again", ID: "again-1", Body: "v2", Delay: time.Hour, Callback: cb})
+		releaseOnce.Do(func() { close(release) })
+		redistest.WaitFor(t, 5*time.Second, "the call's 2xx to be reported", func() bool {
+			return lines.count("callback answered 2xx after its job moved on; the job is left as it is") == 1
+		})
+		if info := mustGet(t, q, "again-1"); info == nil || info.Body != "v2" || info.State != delayqueue.StateDelay {
+			t.Fatalf("the job pushed again during the call is %s, want v2 waiting for its delay", describe(info))
+		}
+	})
+}
+
 func TestShutdown(t *testing.T) {
 	t.Parallel()
 	t.Run("calls in flight finish within the grace", func(t *testing.T) {

@@ -27,8 +27,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// warnCounter passes records on to the test's output and counts warn
-// lines by message.
+// warnCounter passes records on to the test's output and counts lines at
+// info and above by message.
 type warnCounter struct {
 	slog.Handler
 	mu     *sync.Mutex
@@ -36,7 +36,7 @@ type warnCounter struct {
 }
 
 func (h warnCounter) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn {
+	if r.Level >= slog.LevelInfo {
 		h.mu.Lock()
 		h.counts[r.Message]++
 		h.mu.Unlock()
