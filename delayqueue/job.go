@@ -230,7 +230,7 @@ func (q *Queue) leaseChange(ctx context.Context, op string, script *script, id s
 
 // heldRefusal is the error of a refusal by held_delivery (lib.lua, section held):
 // status 0 unknown id, -1 not reserved (state says what it is), -2 stale
-// delivery.
+// delivery; or by release.lua: -3 a consumer's release of a webhook job.
 func heldRefusal(op, id string, status int, state string) error {
 	switch {
 	case status == 0:
@@ -241,6 +241,8 @@ func heldRefusal(op, id string, status int, state string) error {
 		return fmt.Errorf("%s %s: %w (it is %s)", op, id, ErrNotReserved, state)
 	case status == -2:
 		return fmt.Errorf("%s %s: %w", op, id, ErrStaleDelivery)
+	case status == -3:
+		return fmt.Errorf("%s %s: %w", op, id, ErrWebhookJob)
 	}
 	return fmt.Errorf("%s %s: unexpected status %d", op, id, status)
 }

@@ -134,6 +134,13 @@ func TestReleaseTouchTransitions(t *testing.T) {
 		if d == nil || d.ID != "held" {
 			t.Fatalf("pop = %+v", d)
 		}
+		mustPush(t, q, Job{Topic: "rt", ID: "hook", Callback: &Callback{URL: "http://127.0.0.1:9/hook", TimeoutSeconds: 5}})
+		var hooks []CallbackDelivery
+		redistest.WaitFor(t, 5*time.Second, "the webhook job claimed", func() bool {
+			var err error
+			hooks, err = q.ClaimCallbacks(ctx, 1)
+			return err == nil && len(hooks) == 1
+		})
 		zero := time.Duration(0)
 		for _, tc := range []struct {
 			name string
@@ -149,6 +156,13 @@ func TestReleaseTouchTransitions(t *testing.T) {
 			{"touch current attempt", func() error { _, _, err := q.Touch(ctx, "held", 1); return err }, nil},
 			{"release with delay 0", func() error { _, _, err := q.Release(ctx, "held", &zero, 1); return err }, nil},
 			{"release again", func() error { _, _, err := q.Release(ctx, "held", nil, 0); return err }, ErrNotReserved},
+			// Only the dispatcher calling it ends a webhook job's delivery.
+			{"release a webhook job", func() error { _, _, err := q.Release(ctx, "hook", &zero, 0); return err }, ErrWebhookJob},
+			{"touch a webhook job", func() error { _, _, err := q.Touch(ctx, "hook", 1); return err }, nil},
+			{"its call fails", func() error {
+				_, err := q.CallbackFailed(ctx, "hook", hooks[0].Attempts, 500, "500 Internal Server Error", "")
+				return err
+			}, nil},
 		} {
 			if err := tc.op(); !errors.Is(err, tc.want) {
 				t.Fatalf("%s: err %v, want %v", tc.name, err, tc.want)

@@ -61,6 +61,10 @@ var (
 	// ErrStaleDelivery reports a release or touch carrying an attempt number
 	// that is not the job's current delivery.
 	ErrStaleDelivery = errors.New("stale delivery")
+	// ErrWebhookJob reports a consumer's release of a webhook job: the
+	// dispatcher that calls it ends its delivery (a second instance would
+	// call it while the first call runs).
+	ErrWebhookJob = errors.New("job is a webhook job")
 	// ErrNotReplicated reports a change Redis made but could not copy to
 	// the replicas asked for in time: the client should retry it.
 	ErrNotReplicated = errors.New("change not acknowledged by enough redis replicas")

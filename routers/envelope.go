@@ -37,6 +37,7 @@ const (
 	msgStaleDelivery = wire.MsgStaleDelivery + ": the attempt is not the job's current delivery"
 	// msgStaleAttempt names the attempt the request sent.
 	msgStaleAttempt = wire.MsgStaleDelivery + ": attempt %d is not the job's current delivery"
+	msgWebhookJob   = "job is a webhook job: the server releases it when its call fails"
 )
 
 // writeEnvelope writes every answer but those of the raw routes (the
@@ -200,6 +201,8 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		fail(w, r, msgNotReserved)
 	case errors.Is(err, delayqueue.ErrStaleDelivery):
 		fail(w, r, msgStaleDelivery)
+	case errors.Is(err, delayqueue.ErrWebhookJob):
+		fail(w, r, msgWebhookJob)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client went away; nobody reads this answer.
 		h.logger.LogAttrs(ctx, slog.LevelDebug, "request canceled by the client", failureAttrs(r, op, err)...)

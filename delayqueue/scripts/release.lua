@@ -11,11 +11,16 @@
 -- error and the start of the response, kept for /get).
 -- Reply: {status, state or '', due ms, topic, then the topics to signal: n
 -- and n pairs topic, tokens}: status 1 released, 0 unknown id, -1 not
--- reserved (state given), -2 stale delivery (attempt differs).
+-- reserved (state given), -2 stale delivery (attempt differs), -3 a
+-- consumer's release ('released') of a webhook job, which only its
+-- dispatcher ends: ready at once, another would call it during this call.
 local id = ARGV[ARG]
 local job, refusal = held_delivery(id, ARGV[ARG + 2])
 if refusal then
   return refusal
+end
+if ARGV[ARG + 3] == 'released' and has_callback(job) then
+  return {-3, job.s, 0}
 end
 local now = clock()
 local override = tonumber(ARGV[ARG + 1])
