@@ -80,7 +80,14 @@ func (o *outages) failed(key string, err error) {
 	defer o.mu.Unlock()
 	o.lastFailure[slot] = now
 	if o.down.Swap(int32(len(o.lastFailure))) == 0 {
-		o.log.Error("redis is unreachable", "err", err)
+		if slotMoving(err) {
+			// Redirects the client could not follow in its attempts: a
+			// slot half-way through a move (ASK, TRYAGAIN), or nodes not
+			// yet agreeing on its new owner (MOVED).
+			o.log.Warn("redis cluster slot is moving between primaries; calls to it fail until the move settles", "err", err)
+		} else {
+			o.log.Error("redis is unreachable", "err", err)
+		}
 	}
 }
 

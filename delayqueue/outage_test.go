@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 )
 
 // An outage is logged once when a call first fails and once when no slot
@@ -19,6 +21,7 @@ func TestOutagesLogOnceEach(t *testing.T) {
 		after  time.Duration // the clock moves on first
 		key    string
 		failed bool
+		moving bool // the failure is a redirect not followed in time
 		down   bool // outages.any() after the step
 	}
 	tests := []struct {
@@ -76,6 +79,15 @@ func TestOutagesLogOnceEach(t *testing.T) {
 			logged: []string{"down", "up", "down", "up"},
 		},
 		{
+			name: "a slot moving is not called unreachable",
+			steps: []step{
+				{key: a, failed: true, moving: true, down: true},
+				{key: a, failed: true, down: true},
+				{key: a, down: false},
+			},
+			logged: []string{"moving", "up"},
+		},
+		{
 			name: "a slot no longer called is up once no call failed on it for a while",
 			steps: []step{
 				{key: a, failed: true, down: true},
@@ -93,9 +105,12 @@ func TestOutagesLogOnceEach(t *testing.T) {
 			o.now = func() time.Time { return now }
 			for i, s := range tt.steps {
 				now = now.Add(s.after)
-				if s.failed {
+				switch {
+				case s.moving:
+					o.failed(s.key, fmt.Errorf("%w: %w", ErrUnavailable, redis.Error("ASK 827 127.0.0.1:7001")))
+				case s.failed:
 					o.failed(s.key, fmt.Errorf("dial: %w", errors.New("connection refused")))
-				} else {
+				default:
 					o.answered(s.key)
 				}
 				if o.any() != s.down {
@@ -107,6 +122,8 @@ func TestOutagesLogOnceEach(t *testing.T) {
 				switch {
 				case strings.Contains(line, `level=ERROR msg="redis is unreachable" err="dial: connection refused"`):
 					logged = append(logged, "down")
+				case strings.Contains(line, `level=WARN msg="redis cluster slot is moving between primaries; calls to it fail until the move settles" err="redis unavailable: ASK 827 127.0.0.1:7001"`):
+					logged = append(logged, "moving")
 				case strings.Contains(line, `level=INFO msg="redis is reachable again"`):
 					logged = append(logged, "up")
 				default:
