@@ -55,7 +55,16 @@ func TestAttemptsLimitIsWhatTheScriptsEnforce(t *testing.T) {
 				if attempt != n {
 					t.Fatalf("%s: delivery %d came as attempt %d", tc.name, n, attempt)
 				}
-				state, _, err := q.Release(ctx, job.ID, &zero, attempt)
+				var state string
+				var err error
+				if job.Callback == nil {
+					state, _, err = q.Release(ctx, job.ID, &zero, attempt)
+				} else {
+					// As CallbackFailed, but due again at once: a consumer
+					// may not release a webhook job.
+					state, _, err = q.leaseChange(ctx, "callback failed", q.scripts.release, job.ID, int64(0), attempt,
+						ReasonCallbackFailed, 500, "500 Internal Server Error", "")
+				}
 				if err != nil {
 					t.Fatalf("%s: release of delivery %d: %v", tc.name, n, err)
 				}
