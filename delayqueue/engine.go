@@ -281,7 +281,9 @@ func (q *Queue) Run(ctx context.Context) error {
 				interrupts.Add(1)
 				go func() {
 					defer interrupts.Done()
-					l.interrupt()
+					if l.isBlocked() {
+						l.sendInterrupt() // to see its context ended
+					}
 				}()
 			}
 		}

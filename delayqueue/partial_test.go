@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -335,6 +336,66 @@ func TestBatchPopTakesTheFirstTopicFromEveryPartition(t *testing.T) {
 			if !slices.Equal(topics, want) {
 				t.Errorf("claims starting at partition %d took %v; want the 6 %s jobs, then 2 %s", start, topics, urgent, normal)
 			}
+		}
+	})
+}
+
+// Interrupts of a dispatch loop coalesce: a burst of them after its topics
+// changed (held pops coming) costs a few Redis calls, not one each, and the
+// loop then listens to every new topic.
+func TestInterruptsOfALoopCoalesce(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		counted := &countingRedis{Client: r.client(t)}
+		q, _ := runQueueOn(t, counted, r.queueOptions(Options{BucketSize: 1, BucketName: "dq_bucket_%d",
+			QueueName: "dq_queue_%s", BlockTimeout: time.Minute}), redistest.Logger(t))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go q.Pop(ctx, []string{"held"}, 30*time.Second)
+		held := q.waiters.loopOf("held")
+		loop := q.partitions[0].loops[held]
+		redistest.WaitFor(t, 10*time.Second, "the loop blocked for the held pop", func() bool {
+			return loop.isBlocked() && !loop.behind()
+		})
+
+		// 200 waiters on new topics of that loop, then their 200 interrupts.
+		var waiters []*waiter
+		for i := 0; len(waiters) < 200; i++ {
+			if topic := fmt.Sprintf("new-%d", i); q.waiters.loopOf(topic) == held {
+				w := &waiter{topics: []string{topic}, count: 1, result: make(chan popResult, 1)}
+				q.waiters.add(w, false)
+				waiters = append(waiters, w)
+			}
+		}
+		before := counted.calls.Load()
+		var wg sync.WaitGroup
+		for range waiters {
+			wg.Go(loop.interrupt)
+		}
+		wg.Wait()
+		if calls := counted.calls.Load() - before; calls > 10 {
+			t.Errorf("200 interrupts of one loop made %d Redis calls, want a few", calls)
+		}
+		last := waiters[len(waiters)-1]
+		mustPush(t, q, Job{Topic: last.topics[0], ID: "after-interrupts", TTR: time.Minute})
+		select {
+		case res := <-last.result:
+			if len(res.deliveries) != 1 || res.deliveries[0].ID != "after-interrupts" {
+				t.Fatalf("the last waiter got %+v", res)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the loop did not serve a topic added before the interrupts")
+		}
+		before = counted.calls.Load()
+		for range 50 {
+			wg.Go(loop.interrupt)
+		}
+		wg.Wait()
+		if calls := counted.calls.Load() - before; calls > 5 {
+			t.Errorf("50 interrupts of a loop that listens to all its topics made %d Redis calls", calls)
+		}
+		for _, w := range waiters {
+			q.waiters.giveUp(w)
 		}
 	})
 }

@@ -535,7 +535,7 @@ func (q *Queue) unclaim(d *Delivery) {
 func (q *Queue) wakeLoops(loops []int) {
 	for _, i := range loops {
 		for _, p := range q.partitions {
-			if l := p.loops[i]; l.isBlocked() {
+			if l := p.loops[i]; l.behind() {
 				go l.interrupt()
 			}
 		}

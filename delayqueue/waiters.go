@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -263,6 +264,13 @@ func (r *waiterRegistry) handOut(w *waiter, ds []*Delivery) {
 // topicsOf lists the topics loop i must listen to, and the version of
 // that list; given the version the caller has (0 for none), it returns nil
 // and false when nothing changed since.
+// version is loop i's topics' version now.
+func (r *waiterRegistry) version(i int) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loopVersions[i]
+}
+
 func (r *waiterRegistry) topicsOf(i int, have uint64) ([]string, uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -342,6 +350,14 @@ type dispatchLoop struct {
 
 	mu      sync.Mutex
 	blocked bool
+	// version and hooks are what the loop listens to: its topics' version
+	// and whether it listens for callback tokens.
+	version uint64
+	hooks   bool
+
+	// interrupts counts the interrupt calls since the one sending the
+	// wake-up token began (see interrupt).
+	interrupts atomic.Int32
 }
 
 func newDispatchLoop(q *Queue, p *partition, index int) *dispatchLoop {
@@ -361,15 +377,51 @@ func (l *dispatchLoop) isBlocked() bool {
 	return l.blocked
 }
 
+// listening notes what the loop is about to wait for.
+func (l *dispatchLoop) listening(version uint64, hooks bool) {
+	l.mu.Lock()
+	l.version, l.hooks = version, hooks
+	l.mu.Unlock()
+}
+
+// behind reports whether the loop waits (or is about to) for less than it
+// should: topics it does not listen to yet, or callback tokens.
+func (l *dispatchLoop) behind() bool {
+	l.mu.Lock()
+	blocked, version, hooks := l.blocked, l.version, l.hooks
+	l.mu.Unlock()
+	return blocked && (version != l.q.waiters.version(l.index) || hooks != l.listensForHooks())
+}
+
 // controlTTL bounds the life of a control list: a process killed with a
 // token in it leaves nothing for long.
 const controlTTL = 60 * time.Second
 
-// interrupt ends the loop's current BLPOP so it listens to a new topic.
+// interrupt ends the loop's current BLPOP so it listens to its new topics
+// (or for callback tokens), when it waits without them. Concurrent calls
+// coalesce: one sends the wake-up token, and checks again when more calls
+// came meanwhile (the loop may have read its topics before their change);
+// the others return at once. A burst of held pops coming and going (each
+// may change a loop's topics) then costs a loop a few Redis calls, not one
+// each, which would queue for the pool's connections.
 func (l *dispatchLoop) interrupt() {
-	if !l.isBlocked() {
-		return // it reads its topics again before it blocks
+	if l.interrupts.Add(1) != 1 {
+		return // the call in progress checks again for this one
 	}
+	for {
+		seen := l.interrupts.Load()
+		if l.behind() { // else it listens already, or reads its topics before it blocks
+			l.sendInterrupt()
+		}
+		if l.interrupts.CompareAndSwap(seen, 0) {
+			return
+		}
+	}
+}
+
+// sendInterrupt pushes a token on the loop's control list, which its BLPOP
+// also waits on.
+func (l *dispatchLoop) sendInterrupt() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = l.q.withConn(ctx, l.control, func(c redis.Conn) error {
@@ -429,6 +481,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			wakeKeys, keyOf = l.wakeKeysOf(topics, keyOf)
 		}
 		hooks := l.listensForHooks()
+		l.listening(version, hooks)
 		if len(topics) == 0 && !hooks {
 			l.setBlocked(false)
 			health.idle()
