@@ -140,28 +140,57 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 	if err := q.started(ctx); err != nil {
 		return nil, fmt.Errorf("dead kick %s: %w", topic, err)
 	}
-	ids := map[*partition][]string{q.partitionOf(id): {id}}
-	order := []*partition{q.partitionOf(id)}
-	if id == "" {
-		entries, _, err := q.deadEntries(ctx, topic, count, true)
-		if err != nil {
-			return nil, fmt.Errorf("dead kick %s: %w", topic, err)
-		}
-		ids, order = byPartition(entries[:min(count, len(entries))])
-	}
-	var kicked []string
-	for _, p := range order {
-		args := []any{topic}
-		for _, id := range ids[p] {
-			args = append(args, id)
-		}
-		got, err := redis.Strings(q.callAck(ctx, p, q.scripts.kick, []string{topic}, args...))
-		kicked = append(kicked, got...)
+	if id != "" {
+		p := q.partitionOf(id)
+		kicked, err := q.kickOn(ctx, p, topic, []string{id})
 		if err != nil {
 			return kicked, fmt.Errorf("dead kick %s: %w", topic, err)
 		}
+		return kicked, nil
+	}
+	// The oldest, read then kicked: a concurrent kick may take some of
+	// them first (kick.lua skips a job no longer dead), so the next oldest
+	// are read again, a few rounds at most, until count are kicked or none
+	// is left.
+	var kicked []string
+	for round := 0; round < maxKickRounds && len(kicked) < count; round++ {
+		want := count - len(kicked)
+		entries, _, err := q.deadEntries(ctx, topic, want, true)
+		if err != nil {
+			return kicked, fmt.Errorf("dead kick %s: %w", topic, err)
+		}
+		entries = entries[:min(want, len(entries))]
+		if len(entries) == 0 {
+			break
+		}
+		ids, order := byPartition(entries)
+		for _, p := range order {
+			got, err := q.kickOn(ctx, p, topic, ids[p])
+			kicked = append(kicked, got...)
+			if err != nil {
+				return kicked, fmt.Errorf("dead kick %s: %w", topic, err)
+			}
+		}
+		if len(entries) < want {
+			break // the last of them were read
+		}
 	}
 	return kicked, nil
+}
+
+// maxKickRounds bounds the rounds of a kick of the oldest dead letters
+// that lost some of them to concurrent kicks.
+const maxKickRounds = 8
+
+// kickOn sends the dead letters ids of partition p back to ready and
+// returns those kicked (a job no longer dead is skipped).
+func (q *Queue) kickOn(ctx context.Context, p *partition, topic string, ids []string) ([]string, error) {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, topic)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return redis.Strings(q.callAck(ctx, p, q.scripts.kick, []string{topic}, args...))
 }
 
 // DeadDelete deletes one dead letter of a topic, or (id "") all of them.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,6 +264,58 @@ func TestDeadLetterCapAndDelete(t *testing.T) {
 		stats, _ := q.Stats(ctx, "dl")
 		if stats["dl"] != (TopicStats{Ready: 1}) {
 			t.Fatalf("stats = %+v", stats["dl"])
+		}
+	})
+}
+
+// Concurrent kicks of the oldest dead letters each kick as many as they
+// ask for while enough are left, though they read the same oldest ones.
+func TestConcurrentKicksOfTheOldestEachKickTheirCount(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		const dead, kickers, each = 240, 6, 30
+		var jobs []Job
+		for i := range dead {
+			jobs = append(jobs, Job{Topic: "kicks", ID: fmt.Sprintf("k%d", i), MaxAttempts: 1, TTR: time.Minute})
+		}
+		if _, err := q.PushBatch(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+		for popped := 0; popped < dead; {
+			ds, err := q.PopBatch(ctx, []string{"kicks"}, 100, time.Second)
+			if err != nil || len(ds) == 0 {
+				t.Fatalf("pop = %d jobs, %v", len(ds), err)
+			}
+			for _, d := range ds {
+				if state, _, err := q.Release(ctx, d.ID, nil, d.Attempts); err != nil || state != StateDead {
+					t.Fatalf("release %s = %s, %v", d.ID, state, err)
+				}
+			}
+			popped += len(ds)
+		}
+		results := make([][]string, kickers)
+		errs := make([]error, kickers)
+		var wg sync.WaitGroup
+		for i := range kickers {
+			wg.Go(func() { results[i], errs[i] = q.DeadKick(ctx, "kicks", "", each) })
+		}
+		wg.Wait()
+		seen := map[string]bool{}
+		for i := range kickers {
+			if errs[i] != nil || len(results[i]) != each {
+				t.Errorf("kicker %d kicked %d, %v; want %d", i, len(results[i]), errs[i], each)
+			}
+			for _, id := range results[i] {
+				if seen[id] {
+					t.Errorf("%s kicked twice", id)
+				}
+				seen[id] = true
+			}
+		}
+		if _, total, err := q.DeadList(ctx, "kicks", 0, 1); err != nil || total != dead-kickers*each {
+			t.Errorf("dead letters left: %d, %v; want %d", total, err, dead-kickers*each)
 		}
 	})
 }
