@@ -347,6 +347,44 @@ func TestUpcomingCountsDueJobsPerSlot(t *testing.T) {
 		if fmt.Sprint(counts) != fmt.Sprint(want) {
 			t.Fatalf("counts = %v, want %v", counts, want)
 		}
+
+		// Topics dense and sparse, over a day of minutes: the counts are
+		// taken by halving, and add up to every job's slot. Each job is due
+		// half-way through its slot, so the call's start a few seconds
+		// after the pushes does not move it.
+		want = make([]int64, 1440)
+		var jobs []Job
+		add := func(topic string, slot int) {
+			jobs = append(jobs, Job{Topic: topic, ID: fmt.Sprintf("%s-%d", topic, len(jobs)), TTR: time.Minute,
+				Delay: time.Duration(slot)*time.Minute + 30*time.Second})
+			want[slot]++
+		}
+		for slot := range 200 {
+			add("dense", slot)
+		}
+		for range 3 {
+			add("dense", 10)
+		}
+		for _, slot := range []int{7, 33, 34, 700, 1439} {
+			add("sparse", slot)
+		}
+		for i := range 50 {
+			add(fmt.Sprintf("one-%d", i), (i*97)%1440)
+		}
+		if _, err := q.PushBatch(context.Background(), jobs); err != nil {
+			t.Fatal(err)
+		}
+		want[1], want[4] = want[1]+2, want[4]+1
+		want[119] += 1 // u's job due in 2 h
+		_, counts, err = q.Upcoming(context.Background(), time.Minute, 1440)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if counts[i] != want[i] {
+				t.Errorf("slot %d: %d jobs, want %d", i, counts[i], want[i])
+			}
+		}
 	})
 }
 

@@ -213,32 +213,16 @@ func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.T
 			if err != nil {
 				return err
 			}
+			spans := make([]upcomingSpan, 0, len(timers))
 			for _, timer := range timers {
 				state, topic, _ := strings.Cut(timer, ",")
-				index := keyDelayed
+				index := p.keyAt(keyDelayed)
 				if state == StateReserved {
-					index = keyReserved
+					index = p.keyAt(keyReserved)
 				}
-				for i := 0; i < n; i++ {
-					lo := start + int64(i)*stepMs
-					if err := c.Send("ZLEXCOUNT", p.keyAt(index), topicBound(topic, lo, '['), topicBound(topic, lo+stepMs, '(')); err != nil {
-						return err
-					}
-				}
+				spans = append(spans, upcomingSpan{index: index, topic: topic, lo: 0, hi: n})
 			}
-			if err := c.Flush(); err != nil {
-				return err
-			}
-			for range timers {
-				for i := 0; i < n; i++ {
-					v, err := redis.Int64(c.Receive())
-					if err != nil {
-						return err
-					}
-					counts[i] += v
-				}
-			}
-			return nil
+			return countUpcoming(c, spans, start, stepMs, counts)
 		})
 	})
 	if err != nil {
@@ -251,4 +235,61 @@ func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.T
 		}
 	}
 	return time.UnixMilli(start), counts, nil
+}
+
+// upcomingSpan is a topic's slots lo to hi (excluded) in one index.
+type upcomingSpan struct {
+	index, topic string
+	lo, hi       int
+}
+
+// upcomingChunk is the most counts one round trip of countUpcoming asks:
+// Redis holds the replies of a pipeline until they are read.
+const upcomingChunk = 1024
+
+// countUpcoming adds the jobs of spans to counts, slot by slot (a slot is
+// stepMs from start). A span is counted whole first; one with jobs is
+// halved, round after round, until its slots are single, or counted slot
+// by slot once it has a job per slot or more. So a topic costs about two
+// counts per job and halving (a few hundred for a day of minutes) when its
+// jobs are few, and one count per slot when they are many, instead of one
+// per slot always: thousands of topics with a job each stay cheap.
+func countUpcoming(c redis.Conn, spans []upcomingSpan, start, stepMs int64, counts []int64) error {
+	for len(spans) > 0 {
+		var next []upcomingSpan
+		for len(spans) > 0 {
+			chunk := spans[:min(len(spans), upcomingChunk)]
+			spans = spans[len(chunk):]
+			for _, s := range chunk {
+				lo, hi := start+int64(s.lo)*stepMs, start+int64(s.hi)*stepMs
+				if err := c.Send("ZLEXCOUNT", s.index, topicBound(s.topic, lo, '['), topicBound(s.topic, hi, '(')); err != nil {
+					return err
+				}
+			}
+			if err := c.Flush(); err != nil {
+				return err
+			}
+			for _, s := range chunk {
+				v, err := redis.Int64(c.Receive())
+				if err != nil {
+					return err
+				}
+				switch slots := s.hi - s.lo; {
+				case v == 0:
+				case slots == 1:
+					counts[s.lo] += v
+				case v >= int64(slots):
+					for i := s.lo; i < s.hi; i++ {
+						next = append(next, upcomingSpan{index: s.index, topic: s.topic, lo: i, hi: i + 1})
+					}
+				default:
+					mid := s.lo + slots/2
+					next = append(next, upcomingSpan{index: s.index, topic: s.topic, lo: s.lo, hi: mid},
+						upcomingSpan{index: s.index, topic: s.topic, lo: mid, hi: s.hi})
+				}
+			}
+		}
+		spans = next
+	}
+	return nil
 }
