@@ -33,8 +33,9 @@ type outages struct {
 
 // outageStaleAfter is how long a slot stays down with no call failing on
 // it: several rounds of the scanners, which call every partition at least
-// once a ScanInterval while Redis is unreachable.
-const outageStaleAfter = 10 * time.Second
+// once a ScanInterval while Redis is unreachable, or once a call timeout
+// (redisconn.DefaultCallTimeout) while it hangs.
+const outageStaleAfter = 3 * redisconn.DefaultCallTimeout
 
 func newOutages(logger *slog.Logger, cluster bool) *outages {
 	return &outages{log: logger, cluster: cluster, now: time.Now, staleAfter: outageStaleAfter, lastFailure: map[int]time.Time{}}

@@ -274,9 +274,11 @@ func replyGist(err error) string {
 	return text
 }
 
-// waitReplicas runs WAIT on c, after a change made on it.
+// waitReplicas runs WAIT on c, after a change made on it. Its reply may
+// take WaitTimeout, past the pooled connection's own reply timeout.
 func (q *Queue) waitReplicas(c redis.Conn) error {
-	acked, err := redis.Int(c.Do("WAIT", q.opts.WaitReplicas, q.opts.WaitTimeout.Milliseconds()))
+	acked, err := redis.Int(redis.DoWithTimeout(c, q.opts.WaitTimeout+5*time.Second,
+		"WAIT", q.opts.WaitReplicas, q.opts.WaitTimeout.Milliseconds()))
 	if err != nil {
 		return err
 	}

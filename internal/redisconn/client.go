@@ -287,7 +287,7 @@ func (c *Client) Dial(ctx context.Context, key string) (redis.Conn, error) {
 			lastErr = fmt.Errorf("redis cluster: no primary known for slot %d", slot)
 			continue
 		}
-		conn, err := c.dialNode(addr)
+		conn, err := c.dialNode(addr, false)
 		if err == nil {
 			return conn, nil
 		}
@@ -382,7 +382,7 @@ func (c *Client) get(ctx context.Context, addr string) (redis.Conn, error) {
 	}
 	p := c.pools[addr]
 	if p == nil {
-		p = c.opts.newPool(func() (redis.Conn, error) { return c.dialNode(addr) }, false)
+		p = c.opts.newPool(func() (redis.Conn, error) { return c.dialNode(addr, true) }, false)
 		c.pools[addr] = p
 	}
 	c.mu.Unlock()
@@ -390,12 +390,17 @@ func (c *Client) get(ctx context.Context, addr string) (redis.Conn, error) {
 }
 
 // dialNode opens a connection to the cluster node at addr that reports its
-// redirects and errors to the client.
-func (c *Client) dialNode(addr string) (redis.Conn, error) {
+// redirects and errors to the client: for a pool (with the pools' reply
+// timeout), or for a caller of Dial.
+func (c *Client) dialNode(addr string, pooled bool) (redis.Conn, error) {
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	conn, err := c.opts.dialServer(addr)
+	opts := c.opts
+	if pooled {
+		opts = opts.pooled()
+	}
+	conn, err := opts.dialServer(addr)
 	if err != nil {
 		c.requestRefresh()
 		return nil, err

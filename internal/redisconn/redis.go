@@ -69,8 +69,34 @@ type Options struct {
 	MaxIdle        int
 	MaxActive      int // 0 picks DefaultMaxActive: the engine never holds a connection per waiter
 	ConnectTimeout time.Duration
-	ReadTimeout    time.Duration
-	WriteTimeout   time.Duration
+	// ReadTimeout bounds waiting for a reply on a connection from Dial (a
+	// blocking loop's, which sets its own per BLPOP too).
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// CallTimeout bounds waiting for a reply on a pooled connection (0:
+	// DefaultCallTimeout), or ReadTimeout when that is shorter: a primary
+	// that hangs (stopped, or a machine gone without a reset) fails its
+	// calls then instead of holding them and their pool's connections for
+	// ReadTimeout, which must exceed the longest BLPOP. A command that waits
+	// longer on purpose (WAIT) sets its own with redis.DoWithTimeout.
+	CallTimeout time.Duration
+}
+
+// DefaultCallTimeout is the pooled connections' reply timeout when
+// Options.CallTimeout is 0. No call of the engine's takes Redis near it.
+const DefaultCallTimeout = 10 * time.Second
+
+// pooled is o as the pools dial: with CallTimeout as the read timeout.
+func (o Options) pooled() Options {
+	t := o.CallTimeout
+	if t <= 0 {
+		t = DefaultCallTimeout
+	}
+	if o.ReadTimeout > 0 && o.ReadTimeout < t {
+		t = o.ReadTimeout
+	}
+	o.ReadTimeout = t
+	return o
 }
 
 // Cluster reports whether the options select cluster mode.
@@ -167,7 +193,8 @@ func (o Options) dialServer(addr string) (redis.Conn, error) {
 // server or the Sentinel-named primary (in cluster mode its connections
 // fail: use a Client).
 func NewPool(o Options) *redis.Pool {
-	return o.newPool(o.Dial, len(o.SentinelAddrs) > 0)
+	p := o.pooled()
+	return p.newPool(p.Dial, len(o.SentinelAddrs) > 0)
 }
 
 // newPool returns a pool of connections from dial. followSentinel makes it

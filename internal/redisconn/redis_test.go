@@ -491,3 +491,53 @@ func opened(t *testing.T, what string, c io.Closer, err error, wantErr string) b
 	}
 	return false
 }
+
+// A server that takes commands and never answers (a stopped primary) fails
+// a pooled call after the call timeout, not after the read timeout that
+// blocking loops need.
+func TestAHungServerFailsPooledCallsAfterTheCallTimeout(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_, _ = io.Copy(io.Discard, conn)
+			}()
+		}
+	}()
+	o := connectivityOptions()
+	o.Addr, o.DB = l.Addr().String(), 0
+	o.ReadTimeout, o.CallTimeout = time.Hour, 300*time.Millisecond
+	c, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		done <- c.Do(context.Background(), "k", func(conn redis.Conn) error {
+			_, err := conn.Do("PING")
+			return err
+		})
+	}()
+	select {
+	case err := <-done:
+		var netErr net.Error
+		if !errors.As(err, &netErr) || !netErr.Timeout() {
+			t.Fatalf("pooled call to a hung server: %v, want a timeout", err)
+		}
+		t.Logf("the pooled call failed after %v", time.Since(start))
+	case <-time.After(30 * time.Second):
+		t.Fatal("a pooled call to a hung server was still waiting after 30 s (call timeout 300 ms)")
+	}
+}
