@@ -136,10 +136,23 @@ func failWithData(w http.ResponseWriter, r *http.Request, message string, data a
 // partFailure is why some items of a batch were not handled, as the
 // batch's message says it, and the message of each such item.
 func partFailure(err error) (reason, itemMessage string) {
-	if errors.Is(err, delayqueue.ErrRedisFull) {
+	switch {
+	case errors.Is(err, delayqueue.ErrRedisFull):
 		return "part of redis is out of memory (maxmemory)", msgRedisFull
+	case errors.Is(err, delayqueue.ErrNotReplicated):
+		return "part of redis did not confirm them to enough replicas (wait_replicas)", msgNotReplicated
 	}
 	return "part of redis is unavailable", msgRedisUnavailable
+}
+
+// partVerb is the verb of a batch's message for the items partFailure
+// explains: done (stored, finished, deleted), or "confirmed" when the
+// change was made on the primary and not confirmed by its replicas.
+func partVerb(err error, done string) string {
+	if errors.Is(err, delayqueue.ErrNotReplicated) {
+		return "confirmed"
+	}
+	return done
 }
 
 // failureAttrs are the attributes failQueue logs a failure with. They are

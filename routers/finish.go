@@ -224,7 +224,7 @@ func (h *handler) partlyRemoved(w http.ResponseWriter, r *http.Request, ids []st
 			outcomes[i].Status = wire.StatusUnknown
 		}
 	}
-	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(ids), done, reason, doing), outcomes)
+	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(ids), partVerb(err, done), reason, doing), outcomes)
 }
 
 // areDeadLettered is the message of a batch finish that met n dead jobs.

@@ -88,6 +88,10 @@ func goldenCases() []goldenCase {
 			opErr: map[string]error{"pushBatch": fmt.Errorf("%w: %w", delayqueue.ErrPartial, delayqueue.ErrRedisFull)},
 			pushResults: []delayqueue.PushResult{
 				{Status: delayqueue.PushCreated}, {Status: delayqueue.PushFailed, Err: delayqueue.ErrRedisFull}, {Status: delayqueue.PushReplaced}}}},
+		{name: "push-batch-partial-not-replicated", path: "/push", body: batch, queue: &fakeQueue{
+			opErr: map[string]error{"pushBatch": fmt.Errorf("%w: %w", delayqueue.ErrPartial, delayqueue.ErrNotReplicated)},
+			pushResults: []delayqueue.PushResult{
+				{Status: delayqueue.PushCreated}, {Status: delayqueue.PushFailed, Err: delayqueue.ErrNotReplicated}, {Status: delayqueue.PushReplaced}}}},
 
 		{name: "pop", path: "/pop", body: `{"topic":"mail","timeout":0}`, queue: &fakeQueue{delivery: delivery}},
 		{name: "pop-escaped", path: "/pop", body: `{"topic":"mail","timeout":0}`, queue: &fakeQueue{delivery: escaped}},

@@ -339,7 +339,7 @@ func (h *handler) partlyPushed(w http.ResponseWriter, r *http.Request, jobs []de
 		}
 	}
 	reason, _ := partFailure(err)
-	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(jobs), "stored", reason, "pushing"), outcomes)
+	failWithData(w, r, fmt.Sprintf(msgPartlyDone, failed, len(jobs), partVerb(err, "stored"), reason, "pushing"), outcomes)
 }
 
 // decodeCallback reads the "callback" object of a webhook job: url,
