@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -38,8 +39,8 @@ type pushSummary struct {
 	Pushed int `json:"pushed"`
 	Failed int `json:"failed"`
 	// NotStored counts the failed lines of batches the server stored only
-	// in part (some of Redis unavailable): valid jobs that pushing the
-	// file again stores.
+	// in part, or refused whole, for its state (Redis or part of it
+	// unavailable): valid jobs that pushing the file again stores.
 	NotStored int `json:"not_stored"`
 	// Errors lists the first failed lines, in line order.
 	Errors []lineError `json:"errors"`
@@ -163,10 +164,10 @@ func (p *filePusher) parseLine(line int, raw []byte) (client.PushJob, bool) {
 
 // send pushes a batch. When the server rejects it, it lists the invalid
 // jobs: those lines are recorded as failed and the others are sent again.
-// A rejection without that list (such as a body too large) is retried one
+// A rejection without that list for the batch's size (413) is retried one
 // job at a time, so that each failing line is found. A batch stored in
-// part is not sent again: Redis is unavailable for the rest, and the
-// summary says that pushing the file again is safe.
+// part, or refused whole for the server's state (Redis unavailable), is
+// not sent again, and the summary says that pushing the file again is safe.
 func (p *filePusher) send(ctx context.Context, batch []lineJob) {
 	jobs := make([]client.PushJob, len(batch))
 	for i, lj := range batch {
@@ -187,6 +188,16 @@ func (p *filePusher) send(ctx context.Context, batch []lineJob) {
 		// Transport trouble: the batch may or may not be stored.
 		for _, lj := range batch {
 			p.fail(lj, err.Error())
+		}
+		return
+	}
+	if apiErr.HTTPStatus == http.StatusOK && client.InvalidJobs(err) == nil {
+		// Refused whole for the server's state (Redis unavailable or
+		// full, the server starting or stopping): no line is at fault,
+		// and one at a time would only ask again for each.
+		for _, lj := range batch {
+			p.fail(lj, apiErr.Message)
+			p.summary.NotStored++
 		}
 		return
 	}
@@ -291,7 +302,7 @@ func (p *filePusher) printSummary(a *app, lines int, elapsed time.Duration) erro
 		fmt.Fprintf(a.stdout, "... and %d more failed lines\n", more)
 	}
 	if n := p.summary.NotStored; n > 0 {
-		fmt.Fprintf(a.stdout, "not stored because part of Redis was unavailable or out of memory: %d lines; pushing the same file again is safe "+
+		fmt.Fprintf(a.stdout, "not stored because Redis, or part of it, was unavailable or out of memory: %d lines; pushing the same file again is safe "+
 			"(jobs already stored are replaced, or left alone with if_absent)\n", n)
 	}
 	return nil

@@ -261,7 +261,7 @@ func TestPushFilePartlyStored(t *testing.T) {
 		"line 2 (id x2): redis unavailable, try again",
 		"line 4: malformed JSON",
 		"line 5 (id x5): redis unavailable, try again",
-		"not stored because part of Redis was unavailable or out of memory: 2 lines; pushing the same file again is safe")
+		"not stored because Redis, or part of it, was unavailable or out of memory: 2 lines; pushing the same file again is safe")
 	if strings.Contains(r.stdout, "id a1") || strings.Contains(r.stdout, "id a3") {
 		t.Errorf("a stored job is reported as failed:\n%s", r.stdout)
 	}
@@ -276,6 +276,24 @@ func TestPushFilePartlyStored(t *testing.T) {
 	if r.code != exitFailure || summary.Pushed != 4 || summary.Failed != 3 || summary.NotStored != 2 || len(summary.Errors) != 3 ||
 		summary.Errors[0] != (lineError{2, "x2", "redis unavailable, try again"}) {
 		t.Errorf("push --file --json: exit %d, %+v", r.code, summary)
+	}
+
+	// A batch refused whole for Redis' state fails its lines, once each,
+	// not again line by line.
+	var refusals atomic.Int32
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refusals.Add(1)
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		fmt.Fprint(w, `{"code":1,"message":"redis unavailable, try again","data":null}`)
+	}))
+	t.Cleanup(down.Close)
+	r = dq(t, down.URL, "push", "--file", path, "--batch", "3")
+	wantContains(t, "summary", r.stdout,
+		"pushed 0, failed 7 (7 lines in",
+		"line 1 (id a1): redis unavailable, try again",
+		"not stored because Redis, or part of it, was unavailable or out of memory: 6 lines")
+	if n := refusals.Load(); n != 2 || r.code != exitFailure {
+		t.Errorf("exit %d after %d requests, want 1 after 2 (one per batch)", r.code, n)
 	}
 
 	// A file whose lines fail only for being invalid gives no such hint.
