@@ -535,7 +535,8 @@ func (q *Queue) unclaim(d *Delivery) {
 func (q *Queue) wakeLoops(loops []int) {
 	for _, i := range loops {
 		for _, p := range q.partitions {
-			if l := p.loops[i]; l.behind() {
+			l := p.loops[i]
+			if behind, _ := l.behind(); behind {
 				go l.interrupt()
 			}
 		}

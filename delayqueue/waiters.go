@@ -354,6 +354,9 @@ type dispatchLoop struct {
 	// and whether it listens for callback tokens.
 	version uint64
 	hooks   bool
+	// round counts the waits begun, so that an interrupt is sent once per
+	// wait (see interrupt).
+	round uint64
 
 	// interrupts counts the interrupt calls since the one sending the
 	// wake-up token began (see interrupt).
@@ -377,20 +380,30 @@ func (l *dispatchLoop) isBlocked() bool {
 	return l.blocked
 }
 
-// listening notes what the loop is about to wait for.
-func (l *dispatchLoop) listening(version uint64, hooks bool) {
+// startListening marks the loop blocked and reads what it is to wait for:
+// its topics when their version is not have, and whether it listens for
+// callback tokens. Both under the loop's lock, so that behind sees either
+// the state before (and interrupts the wait to come) or what it will wait
+// for.
+func (l *dispatchLoop) startListening(have uint64) (topics []string, version uint64, changed, hooks bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.blocked = true
+	l.round++
+	topics, version, changed = l.q.waiters.topicsOf(l.index, have)
+	hooks = l.listensForHooks()
 	l.version, l.hooks = version, hooks
-	l.mu.Unlock()
+	return topics, version, changed, hooks
 }
 
 // behind reports whether the loop waits (or is about to) for less than it
-// should: topics it does not listen to yet, or callback tokens.
-func (l *dispatchLoop) behind() bool {
+// should: topics it does not listen to yet, or callback tokens; and which
+// of its waits that is.
+func (l *dispatchLoop) behind() (bool, uint64) {
 	l.mu.Lock()
-	blocked, version, hooks := l.blocked, l.version, l.hooks
+	blocked, version, hooks, round := l.blocked, l.version, l.hooks, l.round
 	l.mu.Unlock()
-	return blocked && (version != l.q.waiters.version(l.index) || hooks != l.listensForHooks())
+	return blocked && (version != l.q.waiters.version(l.index) || hooks != l.listensForHooks()), round
 }
 
 // controlTTL bounds the life of a control list: a process killed with a
@@ -408,10 +421,14 @@ func (l *dispatchLoop) interrupt() {
 	if l.interrupts.Add(1) != 1 {
 		return // the call in progress checks again for this one
 	}
+	sentIn := uint64(0) // the wait interrupted already (rounds start at 1)
 	for {
 		seen := l.interrupts.Load()
-		if l.behind() { // else it listens already, or reads its topics before it blocks
+		// Else it listens already, or reads its topics before it blocks,
+		// or has the token of this wait to read.
+		if behind, round := l.behind(); behind && round != sentIn {
 			l.sendInterrupt()
+			sentIn = round
 		}
 		if l.interrupts.CompareAndSwap(seen, 0) {
 			return
@@ -475,13 +492,11 @@ func (l *dispatchLoop) run(ctx context.Context) {
 		args     []any
 	)
 	for ctx.Err() == nil {
-		l.setBlocked(true)
-		if ts, v, changed := l.q.waiters.topicsOf(l.index, version); changed {
+		ts, v, changed, hooks := l.startListening(version)
+		if changed {
 			topics, version = ts, v
 			wakeKeys, keyOf = l.wakeKeysOf(topics, keyOf)
 		}
-		hooks := l.listensForHooks()
-		l.listening(version, hooks)
 		if len(topics) == 0 && !hooks {
 			l.setBlocked(false)
 			health.idle()
