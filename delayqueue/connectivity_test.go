@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -75,4 +76,50 @@ func TestQueueOverTLS(t *testing.T) {
 	ro := connectivityOptions()
 	ro.Addr, ro.TLS, ro.TLSConfig = srv.Addr, true, tlsConfig
 	exerciseQueue(t, ro)
+}
+
+// A Redis that hangs (its process stopped: connections open, no answer)
+// fails the calls sent to it after the call timeout (not the read
+// timeout), and the readiness check within its own, shorter, deadline; once it answers again, so does the queue.
+func TestAHungRedisFailsCallsInTime(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ro := connectivityOptions()
+	ro.Addr, ro.ReadTimeout, ro.CallTimeout = srv.Addr, time.Minute, 8*time.Second
+	q := startQueue(t, ro, Options{BucketSize: 3, BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s",
+		BlockTimeout: 5 * time.Second}, redistest.Logger(t))
+	mustPush(t, q, Job{Topic: "hang", ID: "before", TTR: time.Minute})
+	srv.Pause(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	readyErr := make(chan error, 1)
+	go func() { readyErr <- q.Ready(ctx) }()
+	select {
+	case err := <-readyErr:
+		if err == nil {
+			t.Fatal("ready while Redis answers nothing")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the readiness check with a 0.5 s deadline was still waiting after 5 s (call timeout 8 s)")
+	}
+	pushErr := make(chan error, 1)
+	go func() {
+		_, err := q.Push(context.Background(), Job{Topic: "hang", ID: "during", TTR: time.Minute})
+		pushErr <- err
+	}()
+	select {
+	case err := <-pushErr:
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("push to a hung Redis: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a push to a hung Redis was still waiting after 30 s (call timeout 8 s)")
+	}
+
+	srv.Resume()
+	redistest.WaitFor(t, 10*time.Second, "a push once Redis answers again", func() bool {
+		_, err := q.Push(context.Background(), Job{Topic: "hang", ID: "after", TTR: time.Minute})
+		return err == nil
+	})
 }

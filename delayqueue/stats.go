@@ -169,8 +169,9 @@ func (q *Queue) Ready(ctx context.Context) error {
 		return q.withConn(ctx, p.key(), func(c redis.Conn) error {
 			// A read of the partition's keys: a cluster that is down
 			// refuses it (CLUSTERDOWN), though its nodes still answer
-			// FUNCTION and SCRIPT.
-			if _, err := c.Do("EXISTS", p.key()); err != nil {
+			// FUNCTION and SCRIPT. Within the probe's time: a Redis that
+			// hangs makes it not ready then, not after the call timeout.
+			if _, err := redis.DoContext(c, ctx, "EXISTS", p.key()); err != nil {
 				return err
 			}
 			return q.ensureScriptsOn(c)

@@ -287,7 +287,7 @@ func (c *Client) Dial(ctx context.Context, key string) (redis.Conn, error) {
 			lastErr = fmt.Errorf("redis cluster: no primary known for slot %d", slot)
 			continue
 		}
-		conn, err := c.dialNode(addr, false)
+		conn, err := c.dialNode(ctx, addr, false)
 		if err == nil {
 			return conn, nil
 		}
@@ -382,7 +382,7 @@ func (c *Client) get(ctx context.Context, addr string) (redis.Conn, error) {
 	}
 	p := c.pools[addr]
 	if p == nil {
-		p = c.opts.newPool(func() (redis.Conn, error) { return c.dialNode(addr, true) }, false)
+		p = c.opts.newPool(func(ctx context.Context) (redis.Conn, error) { return c.dialNode(ctx, addr, true) }, false)
 		c.pools[addr] = p
 	}
 	c.mu.Unlock()
@@ -392,7 +392,7 @@ func (c *Client) get(ctx context.Context, addr string) (redis.Conn, error) {
 // dialNode opens a connection to the cluster node at addr that reports its
 // redirects and errors to the client: for a pool (with the pools' reply
 // timeout), or for a caller of Dial.
-func (c *Client) dialNode(addr string, pooled bool) (redis.Conn, error) {
+func (c *Client) dialNode(ctx context.Context, addr string, pooled bool) (redis.Conn, error) {
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
@@ -400,7 +400,7 @@ func (c *Client) dialNode(addr string, pooled bool) (redis.Conn, error) {
 	if pooled {
 		opts = opts.pooled()
 	}
-	conn, err := opts.dialServer(addr)
+	conn, err := opts.dialServerContext(ctx, addr)
 	if err != nil {
 		c.requestRefresh()
 		return nil, err

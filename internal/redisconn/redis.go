@@ -148,14 +148,18 @@ func NewTLSConfig(caFile, serverName string) (*tls.Config, error) {
 // pool closes them instead of reusing them, and the blocking loops redial.
 // In cluster mode it fails: a connection there serves some slots only, see
 // Client.Dial.
-func (o Options) Dial() (redis.Conn, error) {
+func (o Options) Dial() (redis.Conn, error) { return o.dialContext(context.Background()) }
+
+// dialContext is Dial within ctx (the sentinels' questions excepted, which
+// have their own bounds): a pool's dial for a caller with a deadline.
+func (o Options) dialContext(ctx context.Context) (redis.Conn, error) {
 	if o.Cluster() {
 		return nil, errClusterDial
 	}
 	if len(o.SentinelAddrs) > 0 {
 		return o.dialPrimary()
 	}
-	c, err := o.dialServer(o.Addr)
+	c, err := o.dialServerContext(ctx, o.Addr)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +173,12 @@ var errClusterDial = errors.New("redis: in cluster mode connections are opened p
 // dialServer opens a connection to the Redis server at addr with the
 // options' credentials, TLS settings, database and timeouts.
 func (o Options) dialServer(addr string) (redis.Conn, error) {
+	return o.dialServerContext(context.Background(), addr)
+}
+
+// dialServerContext is dialServer within ctx: the connection and the
+// commands of the handshake (AUTH, SELECT) end with it too.
+func (o Options) dialServerContext(ctx context.Context, addr string) (redis.Conn, error) {
 	opts := []redis.DialOption{
 		redis.DialConnectTimeout(o.ConnectTimeout),
 		redis.DialReadTimeout(o.ReadTimeout),
@@ -182,7 +192,7 @@ func (o Options) dialServer(addr string) (redis.Conn, error) {
 	if o.Password != "" {
 		opts = append(opts, redis.DialUsername(o.Username), redis.DialPassword(o.Password))
 	}
-	c, err := redis.Dial("tcp", addr, opts...)
+	c, err := redis.DialContext(ctx, "tcp", addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to redis at %s: %w", addr, err)
 	}
@@ -194,12 +204,12 @@ func (o Options) dialServer(addr string) (redis.Conn, error) {
 // fail: use a Client).
 func NewPool(o Options) *redis.Pool {
 	p := o.pooled()
-	return p.newPool(p.Dial, len(o.SentinelAddrs) > 0)
+	return p.newPool(p.dialContext, len(o.SentinelAddrs) > 0)
 }
 
 // newPool returns a pool of connections from dial. followSentinel makes it
 // check the role of connections idle for a while.
-func (o Options) newPool(dial func() (redis.Conn, error), followSentinel bool) *redis.Pool {
+func (o Options) newPool(dial func(context.Context) (redis.Conn, error), followSentinel bool) *redis.Pool {
 	maxActive := o.MaxActive
 	if maxActive <= 0 {
 		maxActive = DefaultMaxActive
@@ -220,7 +230,7 @@ func (o Options) newPool(dial func() (redis.Conn, error), followSentinel bool) *
 		MaxActive:   maxActive,
 		Wait:        true,
 		IdleTimeout: 240 * time.Second,
-		Dial:        dial,
+		DialContext: dial,
 		TestOnBorrow: func(c redis.Conn, returned time.Time) error {
 			idle := time.Since(returned)
 			// A failover may have demoted the server while the connection

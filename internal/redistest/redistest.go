@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +175,23 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// Pause stops the server's process (SIGSTOP) as a hung machine would: its
+// connections stay open and answer nothing. The test's end resumes it.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("pause redis-server: %v", err)
+	}
+	t.Cleanup(s.Resume)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 // Restart stops the server and starts it again on the same port and data
