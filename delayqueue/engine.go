@@ -90,6 +90,9 @@ type Queue struct {
 	scripts scripts
 	// scriptsOnly is set once Redis refused functions (see runScript).
 	scriptsOnly atomic.Bool
+	// layoutChanged holds the ErrLayout error once the recorded layout no
+	// longer matches this server's (see watchLayout): job calls answer it.
+	layoutChanged atomic.Pointer[error]
 	// argvHeader starts every script call's ARGV (see scriptHeader).
 	argvHeader []any
 	instance   string
@@ -268,6 +271,11 @@ func (q *Queue) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		q.sweepDeadLetters(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		q.watchLayout(ctx)
 	}()
 	// Blocked loops would see ctx only when their BLPOP times out: wake
 	// them, so a shutdown does not wait for it.

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/delay-queue/delay-queue/internal/defaults"
+	"github.com/delay-queue/delay-queue/internal/pause"
 )
 
 // The layout record, <prefix>layout, says how the data is laid out: the
@@ -125,6 +127,46 @@ func (q *Queue) recordLayout(ctx context.Context) error {
 			ErrLayout, key, version, layoutVersion)
 	}
 	return nil
+}
+
+// layoutWatchInterval is how often a running server reads the layout
+// record, and Repartition waits twice as long after marking its move, so
+// that every running server has stopped serving jobs before one moves.
+const layoutWatchInterval = 2 * time.Second
+
+// watchLayout reads the layout record every layoutWatchInterval. When it
+// says another partition count, or a move under way (-repartition run
+// while this server runs), the server stops serving jobs for good: they
+// would go to partitions no server of the new count reads. Its job calls
+// and its readiness answer the error from then on, and it says so once.
+func (q *Queue) watchLayout(ctx context.Context) {
+	t := time.NewTicker(layoutWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		layout, found, err := ReadLayout(ctx, q.rdb, q.keys.prefix)
+		if err != nil || !found {
+			continue // an outage is logged by the other loops; no record yet before the migration ends
+		}
+		var changed error
+		switch {
+		case layout.MovingTo > 0:
+			changed = fmt.Errorf("%w: the jobs are being moved to %d partitions (-repartition): this server, of %d, serves no job; stop it, and start it with bucket_size = %d once the move is done",
+				ErrLayout, layout.MovingTo, len(q.partitions), layout.MovingTo)
+		case layout.Partitions != len(q.partitions):
+			changed = fmt.Errorf("%w: the jobs were moved to %d partitions (-repartition): this server, of %d, serves no job; restart it with bucket_size = %d (or unset)",
+				ErrLayout, layout.Partitions, len(q.partitions), layout.Partitions)
+		default:
+			continue
+		}
+		q.layoutChanged.Store(&changed)
+		q.log.Error("the partition layout changed under this running server", "err", changed)
+		return
+	}
 }
 
 // migrate brings the jobs of older layouts into partitions, then records
@@ -330,6 +372,13 @@ func Repartition(ctx context.Context, rdb Redis, opts Options, count int, logger
 		return err
 	}); err != nil {
 		return 0, fmt.Errorf("repartition: record the move: %w", err)
+	}
+	// A server left running sees the mark within layoutWatchInterval and
+	// stops serving jobs; none is stored in the old layout after the wait.
+	logger.Info("repartition: the move is recorded; waiting for any server still running to stop serving jobs",
+		"wait", 2*layoutWatchInterval)
+	if err := pause.For(ctx, 2*layoutWatchInterval); err != nil {
+		return 0, err
 	}
 	targetTags := make(map[string]bool)
 	for _, p := range to.partitions {

@@ -108,6 +108,9 @@ const startWait = 10 * time.Second
 // started waits until Run has finished the migrations, for up to
 // startWait or until ctx ends, and then returns ErrStarting.
 func (q *Queue) started(ctx context.Context) error {
+	if changed := q.layoutChanged.Load(); changed != nil {
+		return *changed
+	}
 	select {
 	case <-q.ready:
 		return nil

@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -158,6 +159,53 @@ func TestRepartitionDropsTheOldWakeUpLists(t *testing.T) {
 		for _, k := range rawContent(t, r) {
 			if tag := partitionTagOf(k.key); slices.Contains(oldTags, tag) && !slices.ContainsFunc(q.partitions, func(p *partition) bool { return p.tag == tag }) {
 				t.Errorf("key %s (%s of %d items) of a dropped partition is left", k.key, k.typ, len(k.items))
+			}
+		}
+	})
+}
+
+// A server left running while -repartition moves the jobs stops serving
+// jobs once the move is recorded, before a job moves: a push it took then
+// would go to a partition no server of the new count reads. Its job calls
+// and its readiness answer ErrLayout from then on.
+func TestARunningServerStopsServingWhenTheJobsAreRepartitioned(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		ctx := context.Background()
+		q := newTestQueue(t, r, func(o *Options) { o.BucketSize = 3 })
+		mustPush(t, q, Job{Topic: "running", ID: "before", TTR: time.Minute})
+
+		rdb := r.client(t)
+		opts := r.queueOptions(Options{BucketName: "dq_bucket_%d", QueueName: "dq_queue_%s", CheckKeys: true, Cluster: rdb.Cluster()})
+		done := make(chan error, 1)
+		go func() {
+			_, err := Repartition(ctx, rdb, opts, 5, redistest.Logger(t))
+			done <- err
+		}()
+		// Pushes acknowledged until it refuses them; each must be moved.
+		acknowledged := []string{"before"}
+		redistest.WaitFor(t, 10*time.Second, "the running server to refuse pushes", func() bool {
+			id := fmt.Sprint("during-", len(acknowledged))
+			_, err := q.Push(ctx, Job{Topic: "running", ID: id, TTR: time.Minute})
+			if err == nil {
+				acknowledged = append(acknowledged, id)
+			}
+			return errors.Is(err, ErrLayout)
+		})
+		if err := q.Ready(ctx); !errors.Is(err, ErrLayout) {
+			t.Errorf("ready = %v, want ErrLayout", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("repartition: %v", err)
+		}
+		if _, err := q.Get(ctx, "before"); !errors.Is(err, ErrLayout) {
+			t.Errorf("get after the move = %v, want ErrLayout", err)
+		}
+		// A server of the new count finds every job the old one stored.
+		moved := newTestQueue(t, r, func(o *Options) { o.BucketSize = 5 })
+		for _, id := range acknowledged {
+			if info, err := moved.Get(ctx, id); err != nil || info == nil {
+				t.Errorf("%s, acknowledged by the old server, after the move: %+v, %v", id, info, err)
 			}
 		}
 	})

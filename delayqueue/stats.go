@@ -2,6 +2,7 @@ package delayqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -163,6 +164,9 @@ func (q *Queue) Ready(ctx context.Context) error {
 	// A probe right after start-up waits for an empty database's quick
 	// migration; a longer one answers ErrStarting.
 	if err := q.started(ctx); err != nil {
+		if errors.Is(err, ErrLayout) {
+			return err
+		}
 		return ErrStarting
 	}
 	return q.eachPartition(ctx, func(p *partition) error {

@@ -24,6 +24,7 @@ const (
 	msgPartlyDone      = "%d of %d not %s: %s; %s the whole batch again is safe"
 	msgShuttingDown    = "server is shutting down, try again"
 	msgStarting        = "server is starting (moving jobs to the current layout), try again"
+	msgLayoutChanged   = "this server's partition layout is out of date (the jobs were repartitioned): try another server; it must be restarted with the recorded bucket_size"
 	msgRequestCanceled = "request canceled"
 	msgTooManyHeldPops = "too many held pops on this server (max_held_pops = %d), try again or another server"
 	msgNotReplicated   = "not confirmed by enough redis replicas (wait_replicas), try again"
@@ -185,6 +186,9 @@ func (h *handler) failQueue(w http.ResponseWriter, r *http.Request, op string, e
 		// retries, which at-least-once tolerates.
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "change not replicated in time", failureAttrs(r, op, err)...)
 		fail(w, r, msgNotReplicated)
+	case errors.Is(err, delayqueue.ErrLayout):
+		// Logged once by the engine when it saw the change.
+		fail(w, r, msgLayoutChanged)
 	case errors.Is(err, delayqueue.ErrStarting):
 		// Redis answers: the engine is still moving older layouts' jobs
 		// (see /readyz). The request line says so; no warning per request.

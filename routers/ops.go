@@ -20,6 +20,7 @@ const (
 	msgNotReady         = "not ready: redis unavailable"
 	msgNotReadyStop     = "not ready: server is shutting down"
 	msgNotReadyStarting = "not ready: starting, migrating jobs to the current layout"
+	msgNotReadyLayout   = "not ready: the jobs were repartitioned; restart this server with the recorded bucket_size"
 	// msgReadyStaleLoops starts a ready answer that names stale loops.
 	msgReadyStaleLoops = "ready, but background loops are behind: "
 )
@@ -110,6 +111,8 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 		message = msgNotReadyStop
 	case errors.Is(err, delayqueue.ErrStarting):
 		message = msgNotReadyStarting
+	case errors.Is(err, delayqueue.ErrLayout):
+		message = msgNotReadyLayout
 	}
 	writeEnvelope(w, r, http.StatusServiceUnavailable, wire.CodeFailure, message, nil)
 }
