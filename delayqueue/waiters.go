@@ -542,12 +542,13 @@ func (l *dispatchLoop) run(ctx context.Context) {
 					err = l.serveEvery(ctx, ready, health)
 				}
 			}
-		case slotMoving(err):
+		case slotMoving(err) || redisconn.IsUnblockedReply(err):
 			// The slot moved (MOVED), or is moving: an ASK, or a TRYAGAIN
-			// for the BLPOP's several keys, during a migration. Redis
-			// answered: no outage and no failed round. The next Dial finds
-			// the owner the map has learnt; a short pause first, since a
-			// migrating slot answers at once until it has moved.
+			// for the BLPOP's several keys, during a migration; or the
+			// primary became a replica (UNBLOCKED, a failover asked for).
+			// Redis answered: no outage and no failed round. The next Dial
+			// finds the owner the map has learnt; a short pause first,
+			// since a migrating slot answers at once until it has moved.
 			conn.Close()
 			conn = nil
 			l.q.noteRedis(l.control, nil)

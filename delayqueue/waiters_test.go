@@ -368,3 +368,64 @@ func TestDispatchLoopFollowsItsMovedSlot(t *testing.T) {
 		t.Errorf("the move counted %d dispatcher errors, want none", n)
 	}
 }
+
+// A dispatch loop whose BLPOP Redis ends with UNBLOCKED (its primary became
+// a replica in a failover asked for; here CLIENT UNBLOCK ... ERROR, which
+// answers the same) waits again: no Redis outage, no failed round, and the
+// held pop is served.
+func TestDispatchLoopWaitsAgainWhenUnblocked(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	obs := &recordingObserver{counts: map[string]int{}}
+	q := newTestQueue(t, onServer(srv.Addr), func(o *Options) { o.BucketSize = 1; o.Observer = obs })
+	admin, err := redis.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	blpopClient := func() string {
+		list, err := redis.String(admin.Do("CLIENT", "LIST"))
+		if err != nil {
+			return ""
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, "cmd=blpop") {
+				id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+				return id
+			}
+		}
+		return ""
+	}
+	popped := make(chan *Delivery, 1)
+	go func() {
+		d, err := q.Pop(context.Background(), []string{"unblocked"}, 20*time.Second)
+		if err != nil {
+			t.Errorf("held pop: %v", err)
+		}
+		popped <- d
+	}()
+	var first string
+	redistest.WaitFor(t, 10*time.Second, "a dispatch loop's BLPOP", func() bool { first = blpopClient(); return first != "" })
+	if n, err := redis.Int(admin.Do("CLIENT", "UNBLOCK", first, "ERROR")); err != nil || n != 1 {
+		t.Fatalf("CLIENT UNBLOCK = %d, %v", n, err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the loop's BLPOP again", func() bool {
+		id := blpopClient()
+		return id != "" && id != first
+	})
+	mustPush(t, q, Job{Topic: "unblocked", ID: "after-the-unblock"})
+	select {
+	case d := <-popped:
+		if d == nil || d.ID != "after-the-unblock" {
+			t.Fatalf("held pop = %+v, want after-the-unblock", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held pop was not served after the unblock")
+	}
+	if n := obs.get("redis-error/"); n != 0 {
+		t.Errorf("the unblock counted %d redis errors, want none", n)
+	}
+	if n := obs.get("loop-error/" + LoopDispatcher); n != 0 {
+		t.Errorf("the unblock counted %d dispatcher errors, want none", n)
+	}
+}

@@ -37,6 +37,11 @@ func replyCode(err error) string {
 	return code
 }
 
+// IsUnblockedReply reports whether err is Redis' UNBLOCKED: a blocking
+// command (BLPOP) ended because its server became a replica, as in a
+// failover asked for with CLUSTER FAILOVER or Sentinel's switchover.
+func IsUnblockedReply(err error) bool { return replyCode(err) == "UNBLOCKED" }
+
 // RedirectKind tells the cluster replies that send a command elsewhere or
 // later: RedirectMoved, RedirectAsk, RedirectTryAgain, RedirectClusterDown,
 // or "" for any other error (nil included).
