@@ -227,6 +227,20 @@ func TestDemotedConnectionLeavesThePool(t *testing.T) {
 // sentinel that names a fixed primary (or none).
 func fakeSentinel(t *testing.T, reply string) string {
 	t.Helper()
+	return serveLoopback(t, func(conn net.Conn) {
+		r := bufio.NewReader(conn)
+		for readCommand(r) == nil {
+			if _, err := conn.Write([]byte(reply)); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// serveLoopback accepts connections on a loopback port until the test
+// ends, each served by handle and then closed, and returns the address.
+func serveLoopback(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -240,12 +254,7 @@ func fakeSentinel(t *testing.T, reply string) string {
 			}
 			go func() {
 				defer conn.Close()
-				r := bufio.NewReader(conn)
-				for readCommand(r) == nil {
-					if _, err := conn.Write([]byte(reply)); err != nil {
-						return
-					}
-				}
+				handle(conn)
 			}()
 		}
 	}()
@@ -497,25 +506,9 @@ func opened(t *testing.T, what string, c io.Closer, err error, wantErr string) b
 // blocking loops need.
 func TestAHungServerFailsPooledCallsAfterTheCallTimeout(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				_, _ = io.Copy(io.Discard, conn)
-			}()
-		}
-	}()
+	silent := serveLoopback(t, func(conn net.Conn) { _, _ = io.Copy(io.Discard, conn) })
 	o := connectivityOptions()
-	o.Addr, o.DB = l.Addr().String(), 0
+	o.Addr, o.DB = silent, 0
 	o.ReadTimeout, o.CallTimeout = time.Hour, 300*time.Millisecond
 	c, err := New(o, nil, nil)
 	if err != nil {
