@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -109,11 +110,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// The name only: the value may be a secret.
 		logger.Info("setting taken from the environment", "variable", name)
 	}
+	var err error
 	if *repartition != 0 {
-		return repartitionJobs(ctx, cfg, *repartition, logger, stdout)
+		err = repartitionJobs(ctx, cfg, *repartition, logger, stdout)
+	} else {
+		err = serve(ctx, cfg, logger)
 	}
-	return serve(ctx, cfg, logger)
+	if err != nil && strings.Contains(err.Error(), confPlaceholder) {
+		return confPathError{err: err, path: *confPath}
+	}
+	return err
 }
+
+// confPlaceholder stands for the config file in the engine's advice to run
+// a command ("run delay-queue -c <conf> -repartition 6"): the engine does
+// not know the path.
+const confPlaceholder = "-c <conf>"
+
+// confPathError is an error whose advice names the config file this
+// process was started with (none: the built-in defaults, no -c).
+type confPathError struct {
+	err  error
+	path string
+}
+
+func (e confPathError) Error() string {
+	if e.path == "" {
+		return strings.ReplaceAll(e.err.Error(), confPlaceholder+" ", "")
+	}
+	path := e.path
+	if strings.ContainsAny(path, " \t'\"") {
+		path = strconv.Quote(path)
+	}
+	return strings.ReplaceAll(e.err.Error(), confPlaceholder, "-c "+path)
+}
+
+func (e confPathError) Unwrap() error { return e.err }
 
 // newLogger builds the process logger from log_level and log_format.
 func newLogger(w io.Writer, cfg config.Config) *slog.Logger {

@@ -822,3 +822,23 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	return c
 }
+
+// The engine's advice to run "delay-queue -c <conf> ..." names the config
+// file the process was started with, quoted when it needs it, or drops -c
+// when it was started without one.
+func TestConfPathErrorNamesTheConfig(t *testing.T) {
+	t.Parallel()
+	base := fmt.Errorf("%w: run delay-queue -c <conf> -repartition 6", errors.New("layout mismatch"))
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{"/etc/dq.conf", "layout mismatch: run delay-queue -c /etc/dq.conf -repartition 6"},
+		{"my dq.conf", `layout mismatch: run delay-queue -c "my dq.conf" -repartition 6`},
+		{"", "layout mismatch: run delay-queue -repartition 6"},
+	} {
+		err := confPathError{err: base, path: tc.path}
+		if err.Error() != tc.want || !errors.Is(err, base) {
+			t.Errorf("path %q: %q, want %q (wrapping the engine's error)", tc.path, err.Error(), tc.want)
+		}
+	}
+}

@@ -93,8 +93,9 @@ func TestProcessRepartition(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			old := exec.CommandContext(ctx, srv.bin, "-c", srv.confPath)
-			if out, err := old.CombinedOutput(); err == nil || !strings.Contains(string(out), fmt.Sprintf("spread over %d partitions", tt.to)) {
-				t.Fatalf("started with the old bucket_size after -repartition: %v\n%s", err, out)
+			if out, err := old.CombinedOutput(); err == nil || !strings.Contains(string(out), fmt.Sprintf("spread over %d partitions", tt.to)) ||
+				!strings.Contains(string(out), fmt.Sprintf("run delay-queue -c %s -repartition", srv.confPath)) {
+				t.Fatalf("started with the old bucket_size after -repartition: %v\n%s\nwant the refusal, its advice naming %s", err, out, srv.confPath)
 			}
 
 			// Then with the new count: given on a single Redis, and left
