@@ -325,7 +325,7 @@ func (c *Client) Primaries(ctx context.Context) ([]string, error) {
 // CheckServers verifies that every primary answers and is new enough.
 func (c *Client) CheckServers(ctx context.Context) error {
 	if c.single != nil {
-		return CheckServer(ctx, c.single)
+		return c.opts.tlsHint(CheckServer(ctx, c.single))
 	}
 	primaries, err := c.Primaries(ctx)
 	if err != nil {

@@ -11,10 +11,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -358,6 +360,19 @@ func CheckServer(ctx context.Context, pool *redis.Pool) error {
 	}
 	defer c.Close()
 	return checkVersion(c)
+}
+
+// tlsHint adds advice to err when the server closed or reset a plain-text
+// connection at its first command, which is what a server that accepts TLS
+// only does.
+func (o Options) tlsHint(err error) error {
+	if o.TLS || err == nil {
+		return err
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return fmt.Errorf("%w (if the server accepts TLS only, set redis.tls = true)", err)
+	}
+	return err
 }
 
 // checkVersion asks the server on c for its version and refuses one older

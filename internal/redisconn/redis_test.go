@@ -534,3 +534,27 @@ func TestAHungServerFailsPooledCallsAfterTheCallTimeout(t *testing.T) {
 		t.Fatal("a pooled call to a hung server was still waiting after 30 s (call timeout 300 ms)")
 	}
 }
+
+// A server that drops a plain-text connection at its first command (a
+// TLS-only one) fails the start-up check with a hint to set redis.tls, on
+// one server and as a cluster's seed.
+func TestAPlainConnectionDroppedHintsAtTLS(t *testing.T) {
+	t.Parallel()
+	drops := serveLoopback(t, func(conn net.Conn) { _, _ = conn.Read(make([]byte, 64)) })
+	const hint = "set redis.tls = true"
+	o := connectivityOptions()
+	o.Addr, o.DB = drops, 0
+	c, err := New(o, nil, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.CheckServers(context.Background()); err == nil || !strings.Contains(err.Error(), hint) {
+		t.Errorf("one server: %v, want the hint %q", err, hint)
+	}
+	o = connectivityOptions()
+	o.DB, o.ClusterAddrs = 0, []string{drops}
+	if _, err := New(o, nil, nil); err == nil || !strings.Contains(err.Error(), hint) {
+		t.Errorf("a cluster seed: %v, want the hint %q", err, hint)
+	}
+}

@@ -225,7 +225,7 @@ func (c *Client) askSlots(ctx context.Context, addr string) (*slotMap, error) {
 	defer conn.Close()
 	reply, err := redis.DoContext(conn, ctx, "CLUSTER", "SLOTS")
 	if err != nil {
-		return nil, fmt.Errorf("CLUSTER SLOTS at %s: %w", addr, err)
+		return nil, o.tlsHint(fmt.Errorf("CLUSTER SLOTS at %s: %w", addr, err))
 	}
 	return parseClusterSlots(reply, addr)
 }
