@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -234,14 +235,19 @@ func cmdFinish(ctx context.Context, a *app, args []string) error {
 		}
 		// An unknown id is finished too, as without --attempt.
 		result.Finished = 1
-	} else if result, err = a.client.FinishIDs(ctx, ids); err != nil && len(result.Dead) == 0 {
+	} else if result, err = a.client.FinishIDs(ctx, ids); err != nil && len(result.Dead) == 0 && !isPartial(err) {
 		return err
 	}
 	if result.Dead == nil {
 		result.Dead = []string{}
 	}
+	failed := failedIDs(err)
 	if a.json {
-		if jsonErr := a.printJSON(result); jsonErr != nil {
+		out := struct {
+			client.FinishResult
+			Failed []client.BatchResult `json:"failed,omitempty"`
+		}{result, failed}
+		if jsonErr := a.printJSON(out); jsonErr != nil {
 			return jsonErr
 		}
 	} else {
@@ -249,8 +255,33 @@ func cmdFinish(ctx context.Context, a *app, args []string) error {
 		for _, id := range result.Dead {
 			fmt.Fprintf(a.stdout, "not finished, dead-lettered: %s\n", id)
 		}
+		printFailed(a, "finished", failed)
 	}
 	return err
+}
+
+// isPartial reports whether err is a batch the server handled in part.
+func isPartial(err error) bool {
+	var partial *client.PartialBatchError
+	return errors.As(err, &partial)
+}
+
+// failedIDs are the ids a batch handled in part did not handle, nil for
+// any other outcome.
+func failedIDs(err error) []client.BatchResult {
+	var partial *client.PartialBatchError
+	if errors.As(err, &partial) {
+		return partial.Failed()
+	}
+	return nil
+}
+
+// printFailed lists the ids a batch did not handle, with the server's
+// reason each.
+func printFailed(a *app, done string, failed []client.BatchResult) {
+	for _, r := range failed {
+		fmt.Fprintf(a.stdout, "not %s (%s): %s\n", done, r.Message, r.ID)
+	}
 }
 
 func cmdDelete(ctx context.Context, a *app, args []string) error {
@@ -263,14 +294,23 @@ func cmdDelete(ctx context.Context, a *app, args []string) error {
 		return usagef("give at least one job id")
 	}
 	deleted, err := a.client.DeleteIDs(ctx, ids)
-	if err != nil {
+	if err != nil && !isPartial(err) {
 		return err
 	}
+	failed := failedIDs(err)
 	if a.json {
-		return a.printJSON(map[string]int{"deleted": deleted})
+		out := struct {
+			Deleted int                  `json:"deleted"`
+			Failed  []client.BatchResult `json:"failed,omitempty"`
+		}{deleted, failed}
+		if jsonErr := a.printJSON(out); jsonErr != nil {
+			return jsonErr
+		}
+		return err
 	}
 	fmt.Fprintf(a.stdout, "deleted %d of %d\n", deleted, len(ids))
-	return nil
+	printFailed(a, "deleted", failed)
+	return err
 }
 
 func cmdGet(ctx context.Context, a *app, args []string) error {
