@@ -180,6 +180,14 @@ func (r *waiterRegistry) dropIfUnusedLocked(topic string) {
 		i := r.loopOf(topic)
 		delete(r.loopTopics[i], topic)
 		r.loopVersions[i]++
+		// A map keeps the room of its largest size: once a burst of
+		// held pops on many topics is over, that room goes too.
+		if len(r.byTopic) == 0 {
+			r.byTopic = map[string]*list.List{}
+		}
+		if len(r.loopTopics[i]) == 0 {
+			r.loopTopics[i] = map[string]struct{}{}
+		}
 	}
 }
 
@@ -189,6 +197,9 @@ func (r *waiterRegistry) settleLocked(w *waiter) {
 	for _, t := range w.topics {
 		if r.claiming[t]--; r.claiming[t] <= 0 {
 			delete(r.claiming, t)
+			if len(r.claiming) == 0 {
+				r.claiming = map[string]int{}
+			}
 		}
 		r.dropIfUnusedLocked(t)
 	}
@@ -498,6 +509,9 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			wakeKeys, keyOf = l.wakeKeysOf(topics, keyOf)
 		}
 		if len(topics) == 0 && !hooks {
+			// Idle: the keys of the last topics, and the room of the
+			// most ever listened to, go.
+			wakeKeys, keyOf, args = nil, nil, nil
 			l.setBlocked(false)
 			health.idle()
 			select {
