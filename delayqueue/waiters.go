@@ -533,6 +533,9 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			}
 			conn = c
 		}
+		if need := len(wakeKeys) + 3; cap(args) > 2*need+16 {
+			args = make([]any, 0, need) // the room, and keys, of a burst gone by
+		}
 		args = append(args[:0], wakeKeys...)
 		if hooks {
 			args = append(args, hookKey)
