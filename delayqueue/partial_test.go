@@ -372,8 +372,7 @@ func TestInterruptsOfALoopCoalesce(t *testing.T) {
 		held := q.waiters.loopOf("held")
 		loop := q.partitions[0].loops[held]
 		redistest.WaitFor(t, 10*time.Second, "the loop blocked for the held pop", func() bool {
-			behind, _ := loop.behind()
-			return loop.isBlocked() && !behind
+			return loop.isBlocked() && !loop.behind()
 		})
 
 		// 200 waiters on new topics of that loop, then their 200 interrupts.
@@ -394,6 +393,21 @@ func TestInterruptsOfALoopCoalesce(t *testing.T) {
 		wg.Wait()
 		if calls := counted.callsOn(loop.control) - before; calls > 3 {
 			t.Errorf("200 interrupts of one loop made %d Redis calls, want a few", calls)
+		}
+		// One after the other, as a loaded machine runs them: one token per
+		// wait, however slowly the loop wakes.
+		w := &waiter{topics: []string{waiters[0].topics[0] + "-again"}, count: 1, result: make(chan popResult, 1)}
+		for i := 0; q.waiters.loopOf(w.topics[0]) != held; i++ {
+			w.topics[0] = fmt.Sprintf("again-%d", i)
+		}
+		q.waiters.add(w, false)
+		waiters = append(waiters, w)
+		before = counted.callsOn(loop.control)
+		for range 200 {
+			loop.interrupt()
+		}
+		if calls := counted.callsOn(loop.control) - before; calls > 3 {
+			t.Errorf("200 interrupts one after the other made %d Redis calls, want a few", calls)
 		}
 		last := waiters[len(waiters)-1]
 		mustPush(t, q, Job{Topic: last.topics[0], ID: "after-interrupts", TTR: time.Minute})

@@ -536,7 +536,7 @@ func (q *Queue) wakeLoops(loops []int) {
 	for _, i := range loops {
 		for _, p := range q.partitions {
 			l := p.loops[i]
-			if behind, _ := l.behind(); behind {
+			if l.behind() {
 				go l.interrupt()
 			}
 		}

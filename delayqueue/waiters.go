@@ -365,9 +365,9 @@ type dispatchLoop struct {
 	// and whether it listens for callback tokens.
 	version uint64
 	hooks   bool
-	// round counts the waits begun, so that an interrupt is sent once per
-	// wait (see interrupt).
-	round uint64
+	// round counts the waits begun, and interrupted is the last one an
+	// interrupt was sent for: one per wait (see interrupt).
+	round, interrupted uint64
 
 	// interrupts counts the interrupt calls since the one sending the
 	// wake-up token began (see interrupt).
@@ -408,13 +408,29 @@ func (l *dispatchLoop) startListening(have uint64) (topics []string, version uin
 }
 
 // behind reports whether the loop waits (or is about to) for less than it
-// should: topics it does not listen to yet, or callback tokens; and which
-// of its waits that is.
-func (l *dispatchLoop) behind() (bool, uint64) {
+// should, topics it does not listen to yet or callback tokens, in a wait
+// no interrupt was sent for yet.
+func (l *dispatchLoop) behind() bool {
 	l.mu.Lock()
-	blocked, version, hooks, round := l.blocked, l.version, l.hooks, l.round
-	l.mu.Unlock()
-	return blocked && (version != l.q.waiters.version(l.index) || hooks != l.listensForHooks()), round
+	defer l.mu.Unlock()
+	return l.behindLocked()
+}
+
+func (l *dispatchLoop) behindLocked() bool {
+	return l.blocked && l.interrupted != l.round &&
+		(l.version != l.q.waiters.version(l.index) || l.hooks != l.listensForHooks())
+}
+
+// claimInterrupt reports whether the loop is behind, and if so marks its
+// wait as interrupted: the caller sends the token.
+func (l *dispatchLoop) claimInterrupt() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.behindLocked() {
+		return false
+	}
+	l.interrupted = l.round
+	return true
 }
 
 // controlTTL bounds the life of a control list: a process killed with a
@@ -422,24 +438,23 @@ func (l *dispatchLoop) behind() (bool, uint64) {
 const controlTTL = 60 * time.Second
 
 // interrupt ends the loop's current BLPOP so it listens to its new topics
-// (or for callback tokens), when it waits without them. Concurrent calls
-// coalesce: one sends the wake-up token, and checks again when more calls
-// came meanwhile (the loop may have read its topics before their change);
-// the others return at once. A burst of held pops coming and going (each
-// may change a loop's topics) then costs a loop a few Redis calls, not one
+// (or for callback tokens), when it waits without them. One token is sent
+// per wait, however many calls come before the loop wakes, and concurrent
+// calls coalesce: one sends, and checks again when more calls came
+// meanwhile (the loop may have read its topics before their change); the
+// others return at once. A burst of held pops coming and going (each may
+// change a loop's topics) then costs a loop a few Redis calls, not one
 // each, which would queue for the pool's connections.
 func (l *dispatchLoop) interrupt() {
 	if l.interrupts.Add(1) != 1 {
 		return // the call in progress checks again for this one
 	}
-	sentIn := uint64(0) // the wait interrupted already (rounds start at 1)
 	for {
 		seen := l.interrupts.Load()
 		// Else it listens already, or reads its topics before it blocks,
 		// or has the token of this wait to read.
-		if behind, round := l.behind(); behind && round != sentIn {
+		if l.claimInterrupt() {
 			l.sendInterrupt()
-			sentIn = round
 		}
 		if l.interrupts.CompareAndSwap(seen, 0) {
 			return
