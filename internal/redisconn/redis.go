@@ -233,21 +233,39 @@ func (o Options) newPool(dial func(context.Context) (redis.Conn, error), followS
 		Wait:        true,
 		IdleTimeout: 240 * time.Second,
 		DialContext: dial,
-		TestOnBorrow: func(c redis.Conn, returned time.Time) error {
-			idle := time.Since(returned)
-			// A failover may have demoted the server while the connection
-			// sat idle. Busy connections skip the check: they come back
-			// within milliseconds, and a write on a demoted server fails
-			// with READONLY, which drops the connection anyway.
-			if followSentinel && idle >= roleCheckAfterIdle {
-				return checkPrimary(c)
-			}
-			if idle < 30*time.Second {
-				return nil
-			}
-			_, err := c.Do("PING")
-			return err
-		},
+	}
+	// lastFailed is when a check of an idle connection failed last, in
+	// Unix nanoseconds.
+	var lastFailed atomic.Int64
+	p.TestOnBorrowContext = func(ctx context.Context, c redis.Conn, returned time.Time) error {
+		idle := time.Since(returned)
+		// A failover may have demoted the server while the connection sat
+		// idle. Busy connections skip the check: they come back within
+		// milliseconds, and a write on a demoted server fails with
+		// READONLY, which drops the connection anyway.
+		role := followSentinel && idle >= roleCheckAfterIdle
+		if !role && idle < 30*time.Second {
+			return nil
+		}
+		// Within the caller's time and borrowCheckTimeout. Once a check
+		// failed, the pool's other idle connections are dropped unchecked
+		// for a moment: a Redis that hangs costs a borrower one check, not
+		// one per idle connection.
+		if failed := lastFailed.Load(); failed != 0 && time.Since(time.Unix(0, failed)) < borrowCheckTimeout {
+			return errIdleCheckFailed
+		}
+		ctx, cancel := context.WithTimeout(ctx, borrowCheckTimeout)
+		defer cancel()
+		var err error
+		if role {
+			err = checkPrimaryContext(ctx, c)
+		} else {
+			_, err = redis.DoContext(c, ctx, "PING")
+		}
+		if err != nil {
+			lastFailed.Store(time.Now().UnixNano())
+		}
+		return err
 	}
 	initPool(p)
 	return p
@@ -269,6 +287,14 @@ func initPool(p *redis.Pool) {
 // roleCheckAfterIdle is how long a pooled connection may sit idle, with
 // Sentinel, before it is checked again to be talking to the primary.
 const roleCheckAfterIdle = time.Second
+
+// borrowCheckTimeout bounds the check of an idle connection a borrower is
+// given (a PING, or ROLE with Sentinel).
+const borrowCheckTimeout = time.Second
+
+// errIdleCheckFailed drops an idle connection unchecked, a moment after
+// the check of another failed.
+var errIdleCheckFailed = errors.New("redis: an idle connection's check failed a moment ago")
 
 // errDemoted is the Err of a connection whose server answered that it is
 // not (or no longer) a writable primary.

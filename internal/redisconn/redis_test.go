@@ -368,7 +368,7 @@ func TestSentinelSwitchover(t *testing.T) {
 		t.Fatalf("connected to port %s, want the primary's %s", got, primaryPort)
 	}
 	c.Close()
-	idle := pool.Get() // kept to test TestOnBorrow below
+	idle := pool.Get() // kept to test the borrow check below
 	if got := serverPort(idle); got != primaryPort {
 		t.Fatalf("second connection on port %s, want the primary's %s", got, primaryPort)
 	}
@@ -396,12 +396,13 @@ func TestSentinelSwitchover(t *testing.T) {
 		t.Fatal("the old primary still reports the master role")
 	}
 
-	// TestOnBorrow checks the role of connections idle for a while.
-	if err := pool.TestOnBorrow(idle, time.Now().Add(-2*roleCheckAfterIdle)); err == nil {
-		t.Error("TestOnBorrow passed a connection to the demoted primary")
+	// The borrow check tests the role of connections idle for a while.
+	ctx := context.Background()
+	if err := pool.TestOnBorrowContext(ctx, idle, time.Now().Add(-2*roleCheckAfterIdle)); err == nil {
+		t.Error("the borrow check passed a connection to the demoted primary")
 	}
-	if err := pool.TestOnBorrow(idle, time.Now()); err != nil {
-		t.Errorf("TestOnBorrow checked a connection just returned: %v", err)
+	if err := pool.TestOnBorrowContext(ctx, idle, time.Now()); err != nil {
+		t.Errorf("the borrow check tested a connection just returned: %v", err)
 	}
 	idle.Close()
 
@@ -556,5 +557,50 @@ func TestAPlainConnectionDroppedHintsAtTLS(t *testing.T) {
 	o.DB, o.ClusterAddrs = 0, []string{drops}
 	if _, err := New(o, nil, nil); err == nil || !strings.Contains(err.Error(), hint) {
 		t.Errorf("a cluster seed: %v, want the hint %q", err, hint)
+	}
+}
+
+// A borrower of a pool whose idle connections are checked (here the role
+// check of Sentinel's, after a second idle) pays for one check when Redis
+// hangs, not for one per idle connection: once one check failed, the other
+// idle connections are dropped unchecked.
+func TestAHungServerCostsOneIdleCheck(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	o := connectivityOptions()
+	o.Addr, o.CallTimeout = srv.Addr, 500*time.Millisecond
+	p := o.pooled()
+	pool := p.newPool(p.dialContext, true)
+	t.Cleanup(func() { pool.Close() })
+	ctx := context.Background()
+	var conns []redis.Conn
+	for range 20 {
+		c, err := pool.GetContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do("PING"); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	time.Sleep(roleCheckAfterIdle + 100*time.Millisecond) // idle long enough to be checked
+	srv.Pause(t)
+	start := time.Now()
+	c, err := pool.GetContext(ctx)
+	if err == nil {
+		_, err = c.Do("PING")
+		c.Close()
+	}
+	if err == nil {
+		t.Fatal("a connection to a hung Redis answered")
+	}
+	// One check (1 s) and one dial (its SELECT: 0.5 s), where checking the
+	// 20 idle connections in turn took 20 times 0.5 s.
+	if took := time.Since(start); took > 6*time.Second {
+		t.Errorf("borrowing from a hung Redis took %v", took)
 	}
 }

@@ -1,6 +1,7 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -101,8 +102,11 @@ func (o Options) askSentinel(sentinelAddr string) (string, error) {
 }
 
 // checkPrimary returns nil when the server on c reports the master role.
-func checkPrimary(c redis.Conn) error {
-	role, err := redis.Values(c.Do("ROLE"))
+func checkPrimary(c redis.Conn) error { return checkPrimaryContext(context.Background(), c) }
+
+// checkPrimaryContext is checkPrimary within ctx.
+func checkPrimaryContext(ctx context.Context, c redis.Conn) error {
+	role, err := redis.Values(redis.DoContext(c, ctx, "ROLE"))
 	if err != nil {
 		return fmt.Errorf("ROLE: %w", err)
 	}
