@@ -29,6 +29,10 @@ type outages struct {
 	mu   sync.Mutex
 	// lastFailure holds the slots down and the time of their last failure.
 	lastFailure map[int]time.Time
+	// recovered holds when each slot was last found up again: a failure
+	// of a call begun before that (a call left waiting on a primary that
+	// hung, as its replica took over) starts no new outage.
+	recovered map[int]time.Time
 }
 
 // outageStaleAfter is how long a slot stays down with no call failing on
@@ -38,7 +42,8 @@ type outages struct {
 const outageStaleAfter = 3 * redisconn.DefaultCallTimeout
 
 func newOutages(logger *slog.Logger, cluster bool) *outages {
-	return &outages{log: logger, cluster: cluster, now: time.Now, staleAfter: outageStaleAfter, lastFailure: map[int]time.Time{}}
+	return &outages{log: logger, cluster: cluster, now: time.Now, staleAfter: outageStaleAfter,
+		lastFailure: map[int]time.Time{}, recovered: map[int]time.Time{}}
 }
 
 // slotOf is what a call on key counts for: its hash slot on a cluster,
@@ -60,10 +65,14 @@ func (o *outages) answered(key string) {
 	now := o.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	delete(o.lastFailure, slot)
+	if _, down := o.lastFailure[slot]; down {
+		delete(o.lastFailure, slot)
+		o.recovered[slot] = now
+	}
 	for s, at := range o.lastFailure {
 		if now.Sub(at) > o.staleAfter {
 			delete(o.lastFailure, s)
+			o.recovered[s] = now
 		}
 	}
 	left := int32(len(o.lastFailure))
@@ -72,13 +81,16 @@ func (o *outages) answered(key string) {
 	}
 }
 
-// failed notes a call on key that Redis did not answer, and logs the start
-// of an outage when no slot was down.
-func (o *outages) failed(key string, err error) {
+// failed notes a call on key, begun at started (zero: unknown), that Redis
+// did not answer, and logs the start of an outage when no slot was down.
+func (o *outages) failed(key string, err error, started time.Time) {
 	slot := o.slotOf(key)
 	now := o.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if !started.IsZero() && started.Before(o.recovered[slot]) {
+		return // news from before the slot answered again
+	}
 	o.lastFailure[slot] = now
 	if o.down.Swap(int32(len(o.lastFailure))) == 0 {
 		if slotMoving(err) {

@@ -22,7 +22,10 @@ func TestOutagesLogOnceEach(t *testing.T) {
 		key    string
 		failed bool
 		moving bool // the failure is a redirect not followed in time
-		down   bool // outages.any() after the step
+		// begun is how long before the step the failed call began (0:
+		// unknown, as for a loop's own connection).
+		begun time.Duration
+		down  bool // outages.any() after the step
 	}
 	tests := []struct {
 		name     string
@@ -79,6 +82,17 @@ func TestOutagesLogOnceEach(t *testing.T) {
 			logged: []string{"down", "up", "down", "up"},
 		},
 		{
+			name: "a call begun before the recovery, failing after it, starts no outage",
+			steps: []step{
+				{key: a, failed: true, down: true},
+				{after: time.Second, key: a, down: false},                               // the replica took over
+				{after: 5 * time.Second, key: a, failed: true, begun: 10 * time.Second}, // left on the old primary
+				{after: time.Second, key: a, failed: true, begun: time.Second / 2, down: true},
+				{key: a, down: false},
+			},
+			logged: []string{"down", "up", "down", "up"},
+		},
+		{
 			name: "a slot moving is not called unreachable",
 			steps: []step{
 				{key: a, failed: true, moving: true, down: true},
@@ -105,11 +119,15 @@ func TestOutagesLogOnceEach(t *testing.T) {
 			o.now = func() time.Time { return now }
 			for i, s := range tt.steps {
 				now = now.Add(s.after)
+				var started time.Time
+				if s.begun > 0 {
+					started = now.Add(-s.begun)
+				}
 				switch {
 				case s.moving:
-					o.failed(s.key, fmt.Errorf("%w: %w", ErrUnavailable, redis.Error("ASK 827 127.0.0.1:7001")))
+					o.failed(s.key, fmt.Errorf("%w: %w", ErrUnavailable, redis.Error("ASK 827 127.0.0.1:7001")), started)
 				case s.failed:
-					o.failed(s.key, fmt.Errorf("dial: %w", errors.New("connection refused")))
+					o.failed(s.key, fmt.Errorf("dial: %w", errors.New("connection refused")), started)
 				default:
 					o.answered(s.key)
 				}

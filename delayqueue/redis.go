@@ -34,6 +34,7 @@ type Redis interface {
 // wrapped in ErrUnavailable, and a write refused for lack of memory in
 // ErrRedisFull.
 func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) error) error {
+	started := time.Now()
 	err := q.rdb.Do(ctx, key, f)
 	if err == nil {
 		q.noteRedis(key, nil)
@@ -50,7 +51,7 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 		}
 		return err
 	}
-	q.noteRedis(key, err)
+	q.noteRedisSince(key, err, started)
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -59,13 +60,16 @@ func (q *Queue) withConn(ctx context.Context, key string, f func(redis.Conn) err
 
 // noteRedis records whether Redis answered a call on key (err is nil) or
 // did not, for the outage's log lines (see outages) and its metric.
-func (q *Queue) noteRedis(key string, err error) {
+func (q *Queue) noteRedis(key string, err error) { q.noteRedisSince(key, err, time.Time{}) }
+
+// noteRedisSince is noteRedis for a call begun at started.
+func (q *Queue) noteRedisSince(key string, err error, started time.Time) {
 	switch {
 	case err == nil:
 		q.outages.answered(key)
 	case !errors.Is(err, context.Canceled):
 		q.obs.RedisError()
-		q.outages.failed(key, err)
+		q.outages.failed(key, err, started)
 	}
 }
 

@@ -556,6 +556,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			args = append(args, hookKey)
 		}
 		args = append(args, l.control, int(block/time.Second))
+		blpopStarted := time.Now()
 		reply, err := redis.Strings(redis.DoWithTimeout(conn, block+5*time.Second, "BLPOP", args...))
 		l.setBlocked(false)
 		switch {
@@ -591,7 +592,7 @@ func (l *dispatchLoop) run(ctx context.Context) {
 			conn = nil
 			loopErr := unavailableUnlessAnswered(err)
 			if errors.Is(loopErr, ErrUnavailable) {
-				l.q.noteRedis(l.control, err)
+				l.q.noteRedisSince(l.control, err, blpopStarted)
 			} else {
 				l.q.noteRedis(l.control, nil) // Redis answered, with an error
 			}
