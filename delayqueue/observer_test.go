@@ -91,3 +91,22 @@ func TestMaxHeldPops(t *testing.T) {
 		t.Fatal("a second held pop was accepted over MaxHeldPops = 1")
 	}
 }
+
+// A pop that does not wait, on topics held pops of this process wait for
+// (so it asks Redis nothing, leaving the jobs to them), says Redis is
+// unavailable while it is, rather than "no job".
+func TestAnUnwaitedPopBehindHeldOnesReportsAnOutage(t *testing.T) {
+	t.Parallel()
+	q := newTestQueue(t, onServer(redistest.Mini(t).Addr()))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go q.Pop(ctx, []string{"waited"}, 10*time.Second)
+	redistest.WaitFor(t, 5*time.Second, "a held pop", func() bool { return q.HeldPops() == 1 })
+	if d, err := q.Pop(context.Background(), []string{"waited"}, 0); d != nil || err != nil {
+		t.Fatalf("pop with Redis up = %+v, %v; want no job", d, err)
+	}
+	q.outages.failed(q.partitions[0].key(), errors.New("connection refused"), time.Time{})
+	if _, err := q.Pop(context.Background(), []string{"waited"}, 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("pop during an outage = %v, want ErrUnavailable", err)
+	}
+}

@@ -71,6 +71,11 @@ func (q *Queue) PopBatch(ctx context.Context, topics []string, count int, hold t
 	default:
 	}
 	if hold <= 0 {
+		if lastErr == nil && q.outages.any() {
+			// Not asked (held pops of these topics go first), and Redis is
+			// not answering: "no job" could not be told from it.
+			lastErr = fmt.Errorf("pop: %w: redis is not answering", ErrUnavailable)
+		}
 		return nil, lastErr
 	}
 
