@@ -80,18 +80,19 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	if timed {
 		_ = deadline.SetReadDeadline(time.Time{})
 	}
-	h.armWriteDeadline(deadline)
 	return body, true
 }
 
-// armWriteDeadline gives the answer write_timeout from now. net/http's
-// WriteTimeout runs from the end of the request's head, which would cut
-// the answer to a slow body or a held /pop; so the server sets it again
-// once the body is in and once a hold ends. (The fast path's writer takes
-// the call as unsupported: it sets the deadline itself when it writes.)
-func (h *handler) armWriteDeadline(rc *http.ResponseController) {
-	if h.opts.WriteTimeout > 0 {
-		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+// armWriteDeadline gives the answer being written d from now (none for d
+// = 0). net/http's WriteTimeout runs from the end of the request's head,
+// which would cut the answer to a slow body, a held /pop or a call that
+// waited on Redis; so writeEnvelope sets it again as it writes. (The fast
+// path's writer has no such method: it sets the deadline itself when it
+// writes. No middleware wraps the writer, so the method is looked for on
+// it directly, without a ResponseController's allocation.)
+func armWriteDeadline(w http.ResponseWriter, d time.Duration) {
+	if deadline, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok && d > 0 {
+		_ = deadline.SetWriteDeadline(time.Now().Add(d))
 	}
 }
 

@@ -52,6 +52,7 @@ func writeEnvelope(w http.ResponseWriter, r *http.Request, status, code int, mes
 	}
 	rec.written = true
 	rec.status, rec.code = status, code
+	armWriteDeadline(w, rec.writeTimeout)
 	if code != wire.CodeSuccess {
 		rec.message = message
 	}

@@ -29,6 +29,9 @@ type requestRecord struct {
 	code    int
 	message string // of a failure, for the log line
 	written bool
+	// writeTimeout is write_timeout: writeEnvelope gives the answer that
+	// long from when it writes (see armWriteDeadline).
+	writeTimeout time.Duration
 
 	// Room for the answer, so that writeEnvelope allocates nothing for a
 	// usual one: its body, and its header values.
@@ -83,6 +86,7 @@ func (h *handler) logRequests(next http.Handler) http.Handler {
 		start := time.Now()
 		ctx := &recordContext{Context: r.Context()}
 		rec := &ctx.rec
+		rec.writeTimeout = h.opts.WriteTimeout
 		r = r.WithContext(ctx)
 		defer func() {
 			elapsed := time.Since(start)

@@ -94,7 +94,6 @@ func (h *handler) pop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	delivery, err := h.queue.Pop(r.Context(), req.Topics, req.Hold)
-	h.armWriteDeadline(http.NewResponseController(w))
 	if err != nil {
 		h.failQueue(w, r, "pop", err)
 		return
@@ -111,7 +110,6 @@ func (h *handler) pop(w http.ResponseWriter, r *http.Request) {
 // ends empty.
 func (h *handler) popBatch(w http.ResponseWriter, r *http.Request, req popRequest) {
 	deliveries, err := h.queue.PopBatch(r.Context(), req.Topics, req.Count, req.Hold)
-	h.armWriteDeadline(http.NewResponseController(w))
 	if err != nil {
 		h.failQueue(w, r, "pop", err)
 		return

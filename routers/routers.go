@@ -66,9 +66,9 @@ type Options struct {
 	// handler starts to read it; a slower one is answered 408. Zero means
 	// no limit.
 	ReadBodyTimeout time.Duration
-	// WriteTimeout bounds writing an answer, from the end of its request's
-	// body or of a held /pop's wait (under net/http; the fast path sets its
-	// own, the same). Zero means no limit.
+	// WriteTimeout bounds writing an answer, from when the handler writes
+	// it (under net/http; the fast path sets its own, the same). Zero means
+	// no limit.
 	WriteTimeout time.Duration
 	// MaxJobBodyBytes limits the "body" string of a pushed job (code 1).
 	MaxJobBodyBytes int
