@@ -240,6 +240,12 @@ func (q *Queue) sweepDeadLetters(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
+		if q.layoutStale() != nil {
+			// The jobs moved to another layout (logged once, by
+			// watchLayout): this server's partitions hold none.
+			health.ok()
+			continue
+		}
 		if script, err := q.sweepRound(ctx); err != nil {
 			health.failed(script, err)
 			continue

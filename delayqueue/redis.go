@@ -112,8 +112,8 @@ const startWait = 10 * time.Second
 // started waits until Run has finished the migrations, for up to
 // startWait or until ctx ends, and then returns ErrStarting.
 func (q *Queue) started(ctx context.Context) error {
-	if changed := q.layoutChanged.Load(); changed != nil {
-		return *changed
+	if err := q.layoutStale(); err != nil {
+		return err
 	}
 	select {
 	case <-q.ready:
@@ -130,6 +130,16 @@ func (q *Queue) started(ctx context.Context) error {
 	case <-t.C:
 		return ErrStarting
 	}
+}
+
+// layoutStale is the layout error once the recorded layout no longer
+// matches this server's (see watchLayout), else nil: the reads across
+// jobs answer it too, as they would show an empty queue.
+func (q *Queue) layoutStale() error {
+	if changed := q.layoutChanged.Load(); changed != nil {
+		return *changed
+	}
+	return nil
 }
 
 // downFor is how long Pops leave out a partition whose Redis did not

@@ -195,6 +195,16 @@ func TestARunningServerStopsServingWhenTheJobsAreRepartitioned(t *testing.T) {
 		if err := q.Ready(ctx); !errors.Is(err, ErrLayout) {
 			t.Errorf("ready = %v, want ErrLayout", err)
 		}
+		// Its reads across jobs too: they would show an empty queue.
+		if _, err := q.Stats(ctx, ""); !errors.Is(err, ErrLayout) {
+			t.Errorf("stats = %v, want ErrLayout", err)
+		}
+		if _, err := q.Topics(ctx); !errors.Is(err, ErrLayout) {
+			t.Errorf("topics = %v, want ErrLayout", err)
+		}
+		if _, _, err := q.Upcoming(ctx, time.Minute, 60); !errors.Is(err, ErrLayout) {
+			t.Errorf("upcoming = %v, want ErrLayout", err)
+		}
 		if err := <-done; err != nil {
 			t.Fatalf("repartition: %v", err)
 		}

@@ -84,6 +84,9 @@ func (q *Queue) partitionCounts(ctx context.Context, p *partition) (partitionCou
 
 // allCounts reads every partition's counts, at once.
 func (q *Queue) allCounts(ctx context.Context) ([]partitionCounts, error) {
+	if err := q.layoutStale(); err != nil {
+		return nil, err
+	}
 	all := make([]partitionCounts, len(q.partitions))
 	err := q.eachPartition(ctx, func(p *partition) error {
 		pc, err := q.partitionCounts(ctx, p)
@@ -194,6 +197,9 @@ const MaxUpcomingSlots = 1440
 func (q *Queue) Upcoming(ctx context.Context, step time.Duration, n int) (time.Time, []int64, error) {
 	if n < 1 || n > MaxUpcomingSlots || step < time.Second {
 		return time.Time{}, nil, fmt.Errorf("upcoming: %w: 1 to %d slots of at least 1s are needed", ErrInvalidJob, MaxUpcomingSlots)
+	}
+	if err := q.layoutStale(); err != nil {
+		return time.Time{}, nil, fmt.Errorf("upcoming: %w", err)
 	}
 	var start int64
 	err := q.withConn(ctx, q.partitions[0].key(), func(c redis.Conn) error {

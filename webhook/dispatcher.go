@@ -151,8 +151,8 @@ func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGrou
 			// An outage is the engine's to log, once; anything else is
 			// worth a warning.
 			level := slog.LevelWarn
-			if errors.Is(err, delayqueue.ErrUnavailable) {
-				level = slog.LevelDebug
+			if errors.Is(err, delayqueue.ErrUnavailable) || errors.Is(err, delayqueue.ErrLayout) {
+				level = slog.LevelDebug // the engine logged the layout change once
 			}
 			d.log.Log(ctx, level, "claiming callback jobs failed", "err", err)
 			_ = pause.For(ctx, claimErrorBackoff)
