@@ -302,7 +302,7 @@ func (p *filePusher) printSummary(a *app, lines int, elapsed time.Duration) erro
 		fmt.Fprintf(a.stdout, "... and %d more failed lines\n", more)
 	}
 	if n := p.summary.NotStored; n > 0 {
-		fmt.Fprintf(a.stdout, "not stored because Redis, or part of it, was unavailable or out of memory: %d lines; pushing the same file again is safe "+
+		fmt.Fprintf(a.stdout, "not stored (or not confirmed by Redis' replicas) because Redis, or part of it, was unavailable, out of memory or short of replicas: %d lines; pushing the same file again is safe "+
 			"(jobs already stored are replaced, or left alone with if_absent)\n", n)
 	}
 	return nil

@@ -261,7 +261,7 @@ func TestPushFilePartlyStored(t *testing.T) {
 		"line 2 (id x2): redis unavailable, try again",
 		"line 4: malformed JSON",
 		"line 5 (id x5): redis unavailable, try again",
-		"not stored because Redis, or part of it, was unavailable or out of memory: 2 lines; pushing the same file again is safe")
+		"not stored (or not confirmed by Redis' replicas) because Redis, or part of it, was unavailable, out of memory or short of replicas: 2 lines; pushing the same file again is safe")
 	if strings.Contains(r.stdout, "id a1") || strings.Contains(r.stdout, "id a3") {
 		t.Errorf("a stored job is reported as failed:\n%s", r.stdout)
 	}
@@ -291,7 +291,7 @@ func TestPushFilePartlyStored(t *testing.T) {
 	wantContains(t, "summary", r.stdout,
 		"pushed 0, failed 7 (7 lines in",
 		"line 1 (id a1): redis unavailable, try again",
-		"not stored because Redis, or part of it, was unavailable or out of memory: 6 lines")
+		"not stored (or not confirmed by Redis' replicas) because Redis, or part of it, was unavailable, out of memory or short of replicas: 6 lines")
 	if n := refusals.Load(); n != 2 || r.code != exitFailure {
 		t.Errorf("exit %d after %d requests, want 1 after 2 (one per batch)", r.code, n)
 	}
@@ -299,7 +299,7 @@ func TestPushFilePartlyStored(t *testing.T) {
 	// A file whose lines fail only for being invalid gives no such hint.
 	url := startServer(t)
 	r = dq(t, url, "push", "--file", writeLines(t, jobLine("ok", ""), `{"topic":"bulk","id":"bad","ttr":0}`))
-	if r.code != exitFailure || strings.Contains(r.stdout, "not stored because") {
+	if r.code != exitFailure || strings.Contains(r.stdout, "not stored (or not confirmed") {
 		t.Errorf("exit %d, summary of invalid lines mentions Redis:\n%s", r.code, r.stdout)
 	}
 }
