@@ -3,6 +3,7 @@ package delayqueue
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -148,31 +149,42 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 		}
 		return kicked, nil
 	}
-	// The oldest, read then kicked: a concurrent kick may take some of
-	// them first (kick.lua skips a job no longer dead), so the next oldest
-	// are read again, a few rounds at most, until count are kicked or none
-	// is left.
+	// The oldest, read then kicked. A concurrent kick may take some of
+	// them first (kick.lua skips a job no longer dead): then the next round
+	// reads a wider window of the oldest and tries a random count of them,
+	// so that concurrent kicks stop racing for the same few, until count
+	// are kicked or none is left.
 	var kicked []string
 	for round := 0; round < maxKickRounds && len(kicked) < count; round++ {
 		want := count - len(kicked)
-		entries, _, err := q.deadEntries(ctx, topic, want, true)
+		window := want
+		if round > 0 {
+			window = max(want, min(want*(round+1), MaxDeadPage))
+		}
+		entries, _, err := q.deadEntries(ctx, topic, window, true)
 		if err != nil {
 			return kicked, fmt.Errorf("dead kick %s: %w", topic, err)
 		}
-		entries = entries[:min(want, len(entries))]
+		entries = entries[:min(window, len(entries))]
 		if len(entries) == 0 {
 			break
 		}
-		ids, order := byPartition(entries)
+		pick := entries
+		if len(pick) > want {
+			rand.Shuffle(len(pick), func(i, j int) { pick[i], pick[j] = pick[j], pick[i] })
+			pick = pick[:want]
+		}
+		ids, order := byPartition(pick)
+		got := 0
 		for _, p := range order {
-			got, err := q.kickOn(ctx, p, topic, ids[p])
-			kicked = append(kicked, got...)
+			ok, err := q.kickOn(ctx, p, topic, ids[p])
+			kicked, got = append(kicked, ok...), got+len(ok)
 			if err != nil {
 				return kicked, fmt.Errorf("dead kick %s: %w", topic, err)
 			}
 		}
-		if len(entries) < want {
-			break // the last of them were read
+		if len(entries) < window && got == len(pick) {
+			break // every dead letter left was read, and those tried taken
 		}
 	}
 	return kicked, nil
@@ -180,7 +192,7 @@ func (q *Queue) DeadKick(ctx context.Context, topic, id string, count int) ([]st
 
 // maxKickRounds bounds the rounds of a kick of the oldest dead letters
 // that lost some of them to concurrent kicks.
-const maxKickRounds = 8
+const maxKickRounds = 32
 
 // kickOn sends the dead letters ids of partition p back to ready and
 // returns those kicked (a job no longer dead is skipped).

@@ -275,7 +275,7 @@ func TestConcurrentKicksOfTheOldestEachKickTheirCount(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, r *testRedis) {
 		q := newTestQueue(t, r)
 		ctx := context.Background()
-		const dead, kickers, each = 240, 6, 30
+		const dead, kickers, rounds, each = 1000, 10, 3, 20
 		var jobs []Job
 		for i := range dead {
 			jobs = append(jobs, Job{Topic: "kicks", ID: fmt.Sprintf("k%d", i), MaxAttempts: 1, TTR: time.Minute})
@@ -295,27 +295,34 @@ func TestConcurrentKicksOfTheOldestEachKickTheirCount(t *testing.T) {
 			}
 			popped += len(ds)
 		}
-		results := make([][]string, kickers)
-		errs := make([]error, kickers)
+		results := make([][][]string, kickers)
+		errs := make([][]error, kickers)
 		var wg sync.WaitGroup
 		for i := range kickers {
-			wg.Go(func() { results[i], errs[i] = q.DeadKick(ctx, "kicks", "", each) })
+			results[i], errs[i] = make([][]string, rounds), make([]error, rounds)
+			wg.Go(func() {
+				for r := range rounds {
+					results[i][r], errs[i][r] = q.DeadKick(ctx, "kicks", "", each)
+				}
+			})
 		}
 		wg.Wait()
 		seen := map[string]bool{}
 		for i := range kickers {
-			if errs[i] != nil || len(results[i]) != each {
-				t.Errorf("kicker %d kicked %d, %v; want %d", i, len(results[i]), errs[i], each)
-			}
-			for _, id := range results[i] {
-				if seen[id] {
-					t.Errorf("%s kicked twice", id)
+			for r := range rounds {
+				if errs[i][r] != nil || len(results[i][r]) != each {
+					t.Errorf("kicker %d, round %d kicked %d, %v; want %d", i, r, len(results[i][r]), errs[i][r], each)
 				}
-				seen[id] = true
+				for _, id := range results[i][r] {
+					if seen[id] {
+						t.Errorf("%s kicked twice", id)
+					}
+					seen[id] = true
+				}
 			}
 		}
-		if _, total, err := q.DeadList(ctx, "kicks", 0, 1); err != nil || total != dead-kickers*each {
-			t.Errorf("dead letters left: %d, %v; want %d", total, err, dead-kickers*each)
+		if _, total, err := q.DeadList(ctx, "kicks", 0, 1); err != nil || total != dead-kickers*rounds*each {
+			t.Errorf("dead letters left: %d, %v; want %d", total, err, dead-kickers*rounds*each)
 		}
 	})
 }
