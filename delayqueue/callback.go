@@ -73,6 +73,11 @@ type CallbackDelivery struct {
 	Attempts int // this call's number, from 1
 	Body     string
 	Callback Callback
+	// CreatedMS is the job's creation time in ms: with Attempts, the
+	// receipt the call reports its outcome with. A job pushed again under
+	// the same id counts its attempts from 1 again, with a new creation
+	// time.
+	CreatedMS int64
 }
 
 // ClaimCallbacks leases up to count ready webhook jobs to the caller, from
@@ -107,12 +112,12 @@ func (q *Queue) claimCallbacksOn(ctx context.Context, p *partition, count int) (
 		return nil, fmt.Errorf("claim callbacks: %w", err)
 	}
 	var out []CallbackDelivery
-	for rest := reply[1:]; len(rest) >= 5; rest = rest[5:] {
+	for rest := reply[1:]; len(rest) >= 6; rest = rest[6:] {
 		var (
 			d  CallbackDelivery
 			cb string
 		)
-		if _, err := redis.Scan(rest[:5], &d.ID, &d.Topic, &d.Attempts, &d.Body, &cb); err != nil {
+		if _, err := redis.Scan(rest[:6], &d.ID, &d.Topic, &d.Attempts, &d.Body, &cb, &d.CreatedMS); err != nil {
 			return out, fmt.Errorf("claim callbacks: reply: %w", err)
 		}
 		if err := json.Unmarshal([]byte(cb), &d.Callback); err != nil {
@@ -149,13 +154,13 @@ func (q *Queue) WaitCallbacks(ctx context.Context, timeout time.Duration) {
 // dispatcher is still claiming is taken by that claim, woken or not.
 func (q *Queue) WaitingForCallbacks() bool { return q.waiters.hooksWanted() }
 
-// CallbackSucceeded finishes a webhook job whose call, of delivery
-// attempt, answered 2xx. The attempt is the receipt, as for a consumer's
-// /finish with attempt: a job deleted, re-pushed or whose lease ended
-// during the call is left as it is now (ErrNotFound, ErrNotReserved,
-// ErrStaleDelivery).
-func (q *Queue) CallbackSucceeded(ctx context.Context, id string, attempt int) error {
-	_, err := q.FinishDelivery(ctx, id, attempt)
+// CallbackSucceeded finishes the webhook job of delivery d, whose call
+// answered 2xx. Its attempt and the job's creation time are the receipt: a
+// job deleted, pushed again (even if called since, its attempts counting
+// from 1 again) or whose lease ended during the call is left as it is now
+// (ErrNotFound, ErrNotReserved, ErrStaleDelivery).
+func (q *Queue) CallbackSucceeded(ctx context.Context, d CallbackDelivery) error {
+	_, err := q.finishDelivery(ctx, d.ID, d.Attempts, d.CreatedMS)
 	return err
 }
 
@@ -163,9 +168,9 @@ func (q *Queue) CallbackSucceeded(ctx context.Context, id string, attempt int) e
 // or goes to the dead letters with reason callback-failed. status is the
 // HTTP status (0 when none came), errText what went wrong, and response the
 // start of the answer's body.
-func (q *Queue) CallbackFailed(ctx context.Context, id string, attempt, status int, errText, response string) (string, error) {
-	state, _, err := q.leaseChange(ctx, "callback failed", q.scripts.release, id, int64(-1), attempt,
-		ReasonCallbackFailed, status, errText, response)
+func (q *Queue) CallbackFailed(ctx context.Context, d CallbackDelivery, status int, errText, response string) (string, error) {
+	state, _, err := q.leaseChange(ctx, "callback failed", q.scripts.release, d.ID, int64(-1), d.Attempts,
+		ReasonCallbackFailed, status, errText, response, createdArg(d.CreatedMS))
 	return state, err
 }
 
@@ -173,10 +178,10 @@ func (q *Queue) CallbackFailed(ctx context.Context, id string, attempt, status i
 // whose call shutdown cut): it is ready again at once for another
 // dispatcher, and the attempt is not counted. It reports whether the job was
 // still held by that attempt.
-func (q *Queue) UnclaimCallback(ctx context.Context, id string, attempt int) (bool, error) {
-	n, err := redis.Int(q.call(ctx, q.partitionOf(id), q.scripts.unclaim, nil, id, attempt))
+func (q *Queue) UnclaimCallback(ctx context.Context, d CallbackDelivery) (bool, error) {
+	n, err := redis.Int(q.call(ctx, q.partitionOf(d.ID), q.scripts.unclaim, nil, d.ID, d.Attempts, createdArg(d.CreatedMS)))
 	if err != nil {
-		return false, fmt.Errorf("unclaim callback %s: %w", id, err)
+		return false, fmt.Errorf("unclaim callback %s: %w", d.ID, err)
 	}
 	return n == 1, nil
 }

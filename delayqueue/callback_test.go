@@ -32,18 +32,19 @@ func TestCallbackJobsGoToDispatchersOnly(t *testing.T) {
 		if again, _ := q.ClaimCallbacks(ctx, 10); len(again) != 0 {
 			t.Fatalf("claimed twice: %+v", again)
 		}
-		state, err := q.CallbackFailed(ctx, "cb1", 1, 503, "503 Service Unavailable", "busy")
+		first := got[0]
+		state, err := q.CallbackFailed(ctx, first, 503, "503 Service Unavailable", "busy")
 		if err != nil || state != StateReady {
 			t.Fatalf("first failure: %s, %v", state, err)
 		}
 		got, _ = q.ClaimCallbacks(ctx, 10)
-		if len(got) != 1 || got[0].Attempts != 2 {
+		if len(got) != 1 || got[0].Attempts != 2 || got[0].CreatedMS != first.CreatedMS {
 			t.Fatalf("second claim = %+v", got)
 		}
-		if _, err := q.CallbackFailed(ctx, "cb1", 1, 500, "", ""); !errors.Is(err, ErrStaleDelivery) {
+		if _, err := q.CallbackFailed(ctx, first, 500, "", ""); !errors.Is(err, ErrStaleDelivery) {
 			t.Fatalf("stale failure report: %v", err)
 		}
-		state, err = q.CallbackFailed(ctx, "cb1", 2, 0, "connection refused", "")
+		state, err = q.CallbackFailed(ctx, got[0], 0, "connection refused", "")
 		if err != nil || state != StateDead {
 			t.Fatalf("last failure: %s, %v", state, err)
 		}
@@ -70,7 +71,7 @@ func TestCallbackDefaultBackoff(t *testing.T) {
 		if len(got) != 1 {
 			t.Fatal("not claimed")
 		}
-		if state, err := q.CallbackFailed(ctx, "cb2", 1, 500, "", ""); err != nil || state != StateDelay {
+		if state, err := q.CallbackFailed(ctx, got[0], 500, "", ""); err != nil || state != StateDelay {
 			t.Fatalf("after a failure: %s, %v (want a delay, not an immediate retry)", state, err)
 		}
 	})
@@ -146,7 +147,7 @@ func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
 			t.Fatalf("one claim of the jobs of %d partitions = %+v, %v", len(ids)-1, got, err)
 		}
 		back := got[0]
-		if ok, err := q.UnclaimCallback(ctx, back.ID, back.Attempts); err != nil || !ok {
+		if ok, err := q.UnclaimCallback(ctx, back); err != nil || !ok {
 			t.Fatalf("unclaim %s = %v, %v", back.ID, ok, err)
 		}
 		if info, _ := q.Get(ctx, back.ID); info == nil || info.State != StateReady || info.Attempts != 0 {
@@ -157,7 +158,7 @@ func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
 			t.Fatalf("claim after unclaim = %+v, %v", again, err)
 		}
 		for _, id := range ids {
-			if err := q.CallbackSucceeded(ctx, id, 1); err != nil {
+			if err := q.CallbackSucceeded(ctx, CallbackDelivery{ID: id, Attempts: 1}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -165,5 +166,54 @@ func TestCallbackDispatcherWakesAndClaimsAcrossPartitions(t *testing.T) {
 			t.Fatalf("topics after every call succeeded: %v, %v", topics, err)
 		}
 		assertNoTraces(t, r, ids...)
+	})
+}
+
+// A webhook job pushed again under its id while a call of it runs, and
+// called again at once, counts its attempts from 1 again: the old call's
+// report (attempt 1 too) must not end the new delivery. The job's creation
+// time completes the receipt.
+func TestACallOfAJobPushedAgainCannotEndTheNewDelivery(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, r *testRedis) {
+		q := newTestQueue(t, r)
+		ctx := context.Background()
+		cb := &Callback{URL: "https://merchant.example/notify", TimeoutSeconds: 5}
+		claimOne := func() CallbackDelivery {
+			t.Helper()
+			var got []CallbackDelivery
+			redistest.WaitFor(t, 5*time.Second, "the callback job claimed", func() bool {
+				var err error
+				got, err = q.ClaimCallbacks(ctx, 10)
+				return err == nil && len(got) == 1
+			})
+			return got[0]
+		}
+		mustPush(t, q, Job{Topic: "again", ID: "again-1", Body: "first", Callback: cb})
+		old := claimOne()
+		time.Sleep(2 * time.Millisecond) // a creation time of its own, in ms
+		mustPush(t, q, Job{Topic: "again", ID: "again-1", Body: "second", Callback: cb})
+		current := claimOne()
+		if current.Attempts != old.Attempts || current.CreatedMS == old.CreatedMS {
+			t.Fatalf("deliveries %+v and %+v: want the same attempt, other creation times", old, current)
+		}
+		if err := q.CallbackSucceeded(ctx, old); !errors.Is(err, ErrStaleDelivery) {
+			t.Errorf("the old call's success: %v, want ErrStaleDelivery", err)
+		}
+		if _, err := q.CallbackFailed(ctx, old, 500, "500", ""); !errors.Is(err, ErrStaleDelivery) {
+			t.Errorf("the old call's failure: %v, want ErrStaleDelivery", err)
+		}
+		if ok, err := q.UnclaimCallback(ctx, old); err != nil || ok {
+			t.Errorf("the old call given back: %v, %v; want nothing done", ok, err)
+		}
+		if info, err := q.Get(ctx, "again-1"); err != nil || info == nil || info.Body != "second" || info.State != StateReserved {
+			t.Fatalf("after the old call's reports: %+v, %v; want the second job, still called", info, err)
+		}
+		if err := q.CallbackSucceeded(ctx, current); err != nil {
+			t.Fatalf("the new call's success: %v", err)
+		}
+		if info, _ := q.Get(ctx, "again-1"); info != nil {
+			t.Fatalf("after the new call's success: %+v, want it finished", info)
+		}
 	})
 }

@@ -36,6 +36,12 @@ func (q *Queue) Finish(ctx context.Context, id string) error {
 // alone, and state says what it is. An unknown id is not an error, as for
 // Finish; attempt 0 is Finish.
 func (q *Queue) FinishDelivery(ctx context.Context, id string, attempt int) (state string, err error) {
+	return q.finishDelivery(ctx, id, attempt, 0)
+}
+
+// finishDelivery is FinishDelivery with, when createdMS is not 0, the job's
+// creation time as part of the receipt (see CallbackDelivery).
+func (q *Queue) finishDelivery(ctx context.Context, id string, attempt int, createdMS int64) (state string, err error) {
 	switch {
 	case attempt == 0:
 		return "", q.Finish(ctx, id)
@@ -47,9 +53,10 @@ func (q *Queue) FinishDelivery(ctx context.Context, id string, attempt int) (sta
 	if err := q.started(ctx); err != nil {
 		return "", fmt.Errorf("finish %s: %w", id, err)
 	}
-	// finish.lua's form for one delivery: an empty first id, then the id
-	// and the attempt. It is not coalesced with other finishes.
-	reply, err := redis.Values(q.callAck(ctx, q.partitionOf(id), q.scripts.finish, nil, "", id, attempt))
+	// finish.lua's form for one delivery: an empty first id, then the id,
+	// the attempt and the creation time ("": not checked). It is not
+	// coalesced with other finishes.
+	reply, err := redis.Values(q.callAck(ctx, q.partitionOf(id), q.scripts.finish, nil, "", id, attempt, createdArg(createdMS)))
 	if err != nil {
 		return "", fmt.Errorf("finish %s: %w", id, err)
 	}
@@ -73,6 +80,15 @@ func (q *Queue) FinishDelivery(ctx context.Context, id string, attempt int) (sta
 		return state, nil
 	}
 	return state, heldRefusal("finish", id, status, state)
+}
+
+// createdArg is a job's creation time in ms as a script's argument, or ""
+// (not checked) for 0.
+func createdArg(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return strconv.FormatInt(ms, 10)
 }
 
 // RemoveStatus says what a finish or delete did to one id.

@@ -161,7 +161,7 @@ func TestReleaseTouchTransitions(t *testing.T) {
 			{"release a webhook job", func() error { _, _, err := q.Release(ctx, "hook", &zero, 0); return err }, ErrWebhookJob},
 			{"touch a webhook job", func() error { _, _, err := q.Touch(ctx, "hook", 1); return err }, nil},
 			{"its call fails", func() error {
-				_, err := q.CallbackFailed(ctx, "hook", hooks[0].Attempts, 500, "500 Internal Server Error", "")
+				_, err := q.CallbackFailed(ctx, hooks[0], 500, "500 Internal Server Error", "")
 				return err
 			}, nil},
 		} {

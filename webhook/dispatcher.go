@@ -265,7 +265,7 @@ func (d *Dispatcher) report(ctx context.Context, job delayqueue.CallbackDelivery
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
 	if res.succeeded() {
-		err := d.queue.CallbackSucceeded(rctx, job.ID, job.Attempts)
+		err := d.queue.CallbackSucceeded(rctx, job)
 		switch {
 		case err == nil:
 		case isMovedOn(err):
@@ -279,7 +279,7 @@ func (d *Dispatcher) report(ctx context.Context, job delayqueue.CallbackDelivery
 		}
 		return
 	}
-	state, err := d.queue.CallbackFailed(rctx, job.ID, job.Attempts, res.status, res.errText, res.response)
+	state, err := d.queue.CallbackFailed(rctx, job, res.status, res.errText, res.response)
 	attrs := []any{"job_id", job.ID, "topic", job.Topic, "attempt", job.Attempts, "url", redactURL(job.Callback.URL),
 		"result", res.class, "status", res.status, "err", res.errText, "latency_ms", res.latency.Milliseconds()}
 	switch {
@@ -300,7 +300,7 @@ func (d *Dispatcher) report(ctx context.Context, job delayqueue.CallbackDelivery
 func (d *Dispatcher) giveBack(ctx context.Context, job delayqueue.CallbackDelivery, why string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	held, err := d.queue.UnclaimCallback(rctx, job.ID, job.Attempts)
+	held, err := d.queue.UnclaimCallback(rctx, job)
 	switch {
 	case err == nil && held:
 		d.log.Info("callback job given back", "job_id", job.ID, "attempt", job.Attempts, "why", why)

@@ -4,8 +4,9 @@
 -- webhook dispatcher. Two dispatchers never hold one job at once.
 -- KEYS: the partition's (see lib.lua, section record).
 -- ARGV[ARG] count.
--- Reply: {now ms, then 5 values per job: id, topic, attempts, body,
--- callback JSON}.
+-- Reply: {now ms, then 6 values per job: id, topic, attempts, body,
+-- callback JSON, creation time ms (the receipt's other half, with the
+-- attempts: see held_delivery)}.
 local now = clock()
 local reply = {now}
 local members = redis.call('ZRANGE', KEYS[6], 0, tonumber(ARGV[ARG]) - 1)
@@ -26,6 +27,7 @@ for k, id in ipairs(ids) do
     reply[#reply + 1] = job.a
     reply[#reply + 1] = body_of(id, job)
     reply[#reply + 1] = job.cb
+    reply[#reply + 1] = job.c
   else
     index_op(KEYS[6], members[k], false)
   end

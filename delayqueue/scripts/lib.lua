@@ -957,8 +957,10 @@ end
 -- held_delivery reads it and checks it: it returns the job, or a refusal
 -- reply {status, state or '', 0}: 0 unknown id, -1 not reserved (the
 -- state given), -2 stale delivery (attempt, when not '0', is not the job's
--- current one).
-local function held_delivery(id, attempt)
+-- current one; or created, when given and not '', is not the job's
+-- creation time in ms: the job was pushed again since, and its attempts
+-- counted again from 1).
+local function held_delivery(id, attempt, created)
   local job = get(id)
   if not job then
     return nil, {0, '', 0}
@@ -967,6 +969,9 @@ local function held_delivery(id, attempt)
     return nil, {-1, job.s, 0}
   end
   if attempt ~= '0' and attempt ~= int(job.a) then
+    return nil, {-2, job.s, 0}
+  end
+  if created and created ~= '' and tail(job).c ~= created then
     return nil, {-2, job.s, 0}
   end
   return job, nil

@@ -8,14 +8,19 @@
 -- ARGV[ARG+2] the delivery's attempt number (0: not checked), ARGV[ARG+3]
 -- the reason recorded if it dies ('released', or 'callback-failed' from the
 -- webhook dispatcher, which also gives ARGV[ARG+4..6]: the call's status,
--- error and the start of the response, kept for /get).
+-- error and the start of the response, kept for /get; and ARGV[ARG+7] the
+-- job's creation time in ms as the call knew it, see held_delivery).
 -- Reply: {status, state or '', due ms, topic, then the topics to signal: n
 -- and n pairs topic, tokens}: status 1 released, 0 unknown id, -1 not
 -- reserved (state given), -2 stale delivery (attempt differs), -3 a
 -- consumer's release ('released') of a webhook job, which only its
 -- dispatcher ends: ready at once, another would call it during this call.
 local id = ARGV[ARG]
-local job, refusal = held_delivery(id, ARGV[ARG + 2])
+local created
+if ARGV[ARG + 3] == 'callback-failed' then
+  created = ARGV[ARG + 7]
+end
+local job, refusal = held_delivery(id, ARGV[ARG + 2], created)
 if refusal then
   return refusal
 end

@@ -5,11 +5,18 @@
 -- KEYS: the partition's (see lib.lua, section record), then the wake-up list of the
 -- job's topic (none for a webhook job: its dispatchers are woken through
 -- hookwake).
--- ARGV[ARG] id, ARGV[ARG+1] the attempts value of that delivery.
+-- ARGV[ARG] id, ARGV[ARG+1] the attempts value of that delivery, and
+-- optionally ARGV[ARG+2] the job's creation time in ms as the delivery
+-- knew it (a webhook dispatcher's: a job pushed again since counts its
+-- attempts from 1 again).
 -- Reply: 1 given back, 0 the job had moved on (finished, re-pushed...).
 local id = ARGV[ARG]
 local job = get(id)
 if not job or job.s ~= 'reserved' or int(job.a) ~= ARGV[ARG + 1] then
+  return 0
+end
+local created = ARGV[ARG + 2]
+if created and created ~= '' and tail(job).c ~= created then
   return 0
 end
 local pos = extra(job).q
