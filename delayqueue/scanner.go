@@ -22,7 +22,12 @@ type scanner struct {
 
 	mu       sync.Mutex
 	nextWake time.Time
-	poke     chan struct{}
+	// inRound is set while a round runs (from its start to its sleep):
+	// wakeBy then notes the earliest time asked in pending, which the
+	// round's reply may not know of (a push after its read of the timers).
+	inRound bool
+	pending time.Time
+	poke    chan struct{}
 
 	// recent are the topics the scanner made ready lately, most recent
 	// first: movedue.lua gets their wake-up lists, and signals their held
@@ -42,6 +47,13 @@ func newScanner(q *Queue, p *partition) *scanner {
 // wakeBy makes the scanner run no later than at.
 func (s *scanner) wakeBy(at time.Time) {
 	s.mu.Lock()
+	if s.inRound {
+		if s.pending.IsZero() || at.Before(s.pending) {
+			s.pending = at
+		}
+		s.mu.Unlock()
+		return
+	}
 	sooner := at.Before(s.nextWake)
 	if sooner {
 		s.nextWake = at
@@ -176,6 +188,7 @@ func (s *scanner) run(ctx context.Context) {
 				}
 			}
 		}
+		s.startRound()
 		r, err := s.moveDue(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -216,10 +229,23 @@ func untilDue(dueMs, nowMicros int64) time.Duration {
 	return time.Duration(dueMs*1000-nowMicros) * time.Microsecond
 }
 
-// sleepUntil arms the timer for at and records it as the next wake-up, so
-// that wakeBy knows whether a push needs an earlier one.
+// startRound marks a round begun: wakeBy notes its times until the round's
+// sleepUntil.
+func (s *scanner) startRound() {
+	s.mu.Lock()
+	s.inRound, s.pending = true, time.Time{}
+	s.mu.Unlock()
+}
+
+// sleepUntil arms the timer for at, or for an earlier time a push asked
+// for during the round, and records it as the next wake-up, so that wakeBy
+// knows whether a push needs an earlier one.
 func (s *scanner) sleepUntil(timer *time.Timer, at time.Time) {
 	s.mu.Lock()
+	if s.inRound && !s.pending.IsZero() && s.pending.Before(at) {
+		at = s.pending
+	}
+	s.inRound, s.pending = false, time.Time{}
 	s.nextWake = at
 	s.mu.Unlock()
 	timer.Reset(time.Until(at))

@@ -176,3 +176,41 @@ func TestScriptsReadTheClockInMicroseconds(t *testing.T) {
 		within("movedue.lua", before, res.nowMicros)
 	})
 }
+
+// A push due sooner than the scanner's next wake-up, asked for while a
+// round runs (after the round read the timers, so its reply does not know
+// of it), still sets the round's sleep; outside a round it wakes the
+// scanner at once.
+func TestScannerKeepsAWakeUpAskedDuringARound(t *testing.T) {
+	t.Parallel()
+	s := newScanner(nil, nil)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	now := time.Now()
+	s.sleepUntil(timer, now.Add(-time.Millisecond)) // the wake-up that started the round, past
+
+	s.startRound()
+	s.wakeBy(now.Add(time.Hour))
+	s.wakeBy(now.Add(30 * time.Minute)) // the earliest asked wins
+	s.sleepUntil(timer, now.Add(2*time.Hour))
+	if want := now.Add(30 * time.Minute); !s.nextWake.Equal(want) {
+		t.Fatalf("after a round with a push due in 30 min, the scanner sleeps until %v, want %v", s.nextWake, want)
+	}
+	select {
+	case <-s.poke:
+		t.Fatal("a wake-up asked during the round poked the scanner: it is taken into the round's sleep")
+	default:
+	}
+
+	s.startRound()
+	s.sleepUntil(timer, now.Add(time.Hour)) // nothing asked: the round's own time
+	if want := now.Add(time.Hour); !s.nextWake.Equal(want) {
+		t.Fatalf("after a round with no push, the scanner sleeps until %v, want %v", s.nextWake, want)
+	}
+	s.wakeBy(now.Add(time.Minute))
+	select {
+	case <-s.poke:
+	default:
+		t.Fatal("a push due sooner, between rounds, did not poke the scanner")
+	}
+}
