@@ -297,18 +297,27 @@ func TestConcurrencyLimits(t *testing.T) {
 	}
 }
 
-func TestWaitingJobKeepsItsLease(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
+// heldReceiver is a receiver whose calls wait until release (or the
+// test's end), then answer 200.
+func heldReceiver(t *testing.T) (rc *receiver, release func()) {
+	t.Helper()
+	released := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	rc = newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		select {
-		case <-release:
+		case <-released:
 		case <-r.Context().Done():
 		}
 		answer(w, http.StatusOK, "")
 	})
-	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	t.Cleanup(release)
+	return rc, release
+}
+
+func TestWaitingJobKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	rc, release := heldReceiver(t)
 	logger, _ := testLogger(t)
 	q, ro := newQueue(t, redistest.Mini(t).Addr(), logger)
 	startDispatcher(t, q, ro, Options{Allow: allowLoopback, PerHost: 1}, logger,
@@ -333,7 +342,7 @@ func TestWaitingJobKeepsItsLease(t *testing.T) {
 	if len(rc.allCalls()) != 1 {
 		t.Fatalf("the waiting job was called while its host was busy")
 	}
-	releaseOnce.Do(func() { close(release) })
+	release()
 	redistest.WaitFor(t, 5*time.Second, "both jobs finished", func() bool {
 		return mustGet(t, q, "a") == nil && mustGet(t, q, "b") == nil
 	})
@@ -343,20 +352,12 @@ func TestWaitingJobKeepsItsLease(t *testing.T) {
 }
 
 // A call that answers 2xx after its job was pushed again (same id) leaves
-// the new job alone: the call's attempt is its receipt.
+// the new job alone: the call's attempt and the job's creation time are its
+// receipt.
 func TestACallEndingAfterItsJobWasPushedAgainLeavesTheNewJob(t *testing.T) {
 	t.Parallel()
 	redistest.ForEach(t, redistest.StandaloneBackends(), func(t *testing.T, redis *redistest.Redis) {
-		release := make(chan struct{})
-		var releaseOnce sync.Once
-		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-			answer(w, http.StatusOK, "")
-		})
-		t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+		rc, release := heldReceiver(t)
 		logger, lines := testLogger(t)
 		q, ro := newQueue(t, redis.Addr, logger)
 		startDispatcher(t, q, ro, Options{Allow: allowLoopback}, logger)
@@ -365,7 +366,7 @@ func TestACallEndingAfterItsJobWasPushedAgainLeavesTheNewJob(t *testing.T) {
 		redistest.WaitFor(t, 5*time.Second, "the first call", func() bool { return rc.inFlightNow() == 1 })
 
 		mustPush(t, q, delayqueue.Job{Topic: "again", ID: "again-1", Body: "v2", Delay: time.Hour, Callback: cb})
-		releaseOnce.Do(func() { close(release) })
+		release()
 		redistest.WaitFor(t, 5*time.Second, "the call's 2xx to be reported", func() bool {
 			return lines.count("callback answered 2xx after its job moved on; the job is left as it is") == 1
 		})
