@@ -54,9 +54,9 @@ type Config struct {
 	// ReadBodyTimeout bounds reading a request's body, from the end of its
 	// headers (read_body_timeout, seconds).
 	ReadBodyTimeout time.Duration
-	// WriteTimeout bounds writing an answer (write_timeout, seconds): from
-	// the end of the request's body, or of a held /pop's wait. A client that
-	// stops reading its answers loses its connection then.
+	// WriteTimeout bounds writing an answer (write_timeout, seconds), from
+	// when it is written: a client that stops reading its answers loses its
+	// connection then.
 	WriteTimeout time.Duration
 	// IdleTimeout closes keep-alive connections left idle this long
 	// (idle_timeout, seconds).

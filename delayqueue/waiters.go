@@ -272,9 +272,6 @@ func (r *waiterRegistry) handOut(w *waiter, ds []*Delivery) {
 	w.result <- popResult{deliveries: ds}
 }
 
-// topicsOf lists the topics loop i must listen to, and the version of
-// that list; given the version the caller has (0 for none), it returns nil
-// and false when nothing changed since.
 // version is loop i's topics' version now.
 func (r *waiterRegistry) version(i int) uint64 {
 	r.mu.Lock()
@@ -282,6 +279,9 @@ func (r *waiterRegistry) version(i int) uint64 {
 	return r.loopVersions[i]
 }
 
+// topicsOf lists the topics loop i must listen to, and the version of
+// that list; given the version the caller has (0 for none), it returns nil
+// and false when nothing changed since.
 func (r *waiterRegistry) topicsOf(i int, have uint64) ([]string, uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

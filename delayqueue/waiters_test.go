@@ -324,7 +324,6 @@ func TestDispatchLoopFollowsItsMovedSlot(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	obs := &recordingObserver{counts: map[string]int{}}
 	q := newTestQueue(t, onCluster(c), func(o *Options) { o.BucketSize = 1; o.Observer = obs })
-	ctx := context.Background()
 	p := q.partitions[0]
 	slot := redisconn.Slot(p.key())
 	source := c.SlotOwner(t, slot)
@@ -340,32 +339,47 @@ func TestDispatchLoopFollowsItsMovedSlot(t *testing.T) {
 		return err == nil && strings.Contains(list, "cmd=blpop")
 	}
 
-	popped := make(chan *Delivery, 1)
-	go func() {
-		d, err := q.Pop(ctx, []string{"moved"}, 20*time.Second)
-		if err != nil {
-			t.Errorf("held pop: %v", err)
-		}
-		popped <- d
-	}()
+	popped := holdPop(t, q, "moved")
 	redistest.WaitFor(t, 10*time.Second, "a dispatch loop's BLPOP on "+source, func() bool { return blpopOn(source) })
 	c.MigrateSlot(t, slot, target)
 	redistest.WaitFor(t, 10*time.Second, "a dispatch loop's BLPOP on "+target, func() bool { return blpopOn(target) })
 
 	mustPush(t, q, Job{Topic: "moved", ID: "after-the-move"})
+	wantServedWithoutErrors(t, popped, "after-the-move", "the move", obs)
+}
+
+// holdPop starts a held pop of topic and returns where its delivery comes.
+func holdPop(t *testing.T, q *Queue, topic string) <-chan *Delivery {
+	t.Helper()
+	popped := make(chan *Delivery, 1)
+	go func() {
+		d, err := q.Pop(context.Background(), []string{topic}, 20*time.Second)
+		if err != nil {
+			t.Errorf("held pop: %v", err)
+		}
+		popped <- d
+	}()
+	return popped
+}
+
+// wantServedWithoutErrors checks that a held pop got job id after what
+// happened to its dispatch loop, and that what counted no Redis error and
+// no failed round of a dispatcher.
+func wantServedWithoutErrors(t *testing.T, popped <-chan *Delivery, id, what string, obs *recordingObserver) {
+	t.Helper()
 	select {
 	case d := <-popped:
-		if d == nil || d.ID != "after-the-move" {
-			t.Fatalf("held pop = %+v, want after-the-move", d)
+		if d == nil || d.ID != id {
+			t.Fatalf("held pop = %+v, want %s", d, id)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the held pop was not served after the move")
+		t.Fatalf("the held pop was not served after %s", what)
 	}
 	if n := obs.get("redis-error/"); n != 0 {
-		t.Errorf("the move counted %d redis errors, want none", n)
+		t.Errorf("%s counted %d redis errors, want none", what, n)
 	}
 	if n := obs.get("loop-error/" + LoopDispatcher); n != 0 {
-		t.Errorf("the move counted %d dispatcher errors, want none", n)
+		t.Errorf("%s counted %d dispatcher errors, want none", what, n)
 	}
 }
 
@@ -396,14 +410,7 @@ func TestDispatchLoopWaitsAgainWhenUnblocked(t *testing.T) {
 		}
 		return ""
 	}
-	popped := make(chan *Delivery, 1)
-	go func() {
-		d, err := q.Pop(context.Background(), []string{"unblocked"}, 20*time.Second)
-		if err != nil {
-			t.Errorf("held pop: %v", err)
-		}
-		popped <- d
-	}()
+	popped := holdPop(t, q, "unblocked")
 	var first string
 	redistest.WaitFor(t, 10*time.Second, "a dispatch loop's BLPOP", func() bool { first = blpopClient(); return first != "" })
 	if n, err := redis.Int(admin.Do("CLIENT", "UNBLOCK", first, "ERROR")); err != nil || n != 1 {
@@ -414,18 +421,5 @@ func TestDispatchLoopWaitsAgainWhenUnblocked(t *testing.T) {
 		return id != "" && id != first
 	})
 	mustPush(t, q, Job{Topic: "unblocked", ID: "after-the-unblock"})
-	select {
-	case d := <-popped:
-		if d == nil || d.ID != "after-the-unblock" {
-			t.Fatalf("held pop = %+v, want after-the-unblock", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the held pop was not served after the unblock")
-	}
-	if n := obs.get("redis-error/"); n != 0 {
-		t.Errorf("the unblock counted %d redis errors, want none", n)
-	}
-	if n := obs.get("loop-error/" + LoopDispatcher); n != 0 {
-		t.Errorf("the unblock counted %d dispatcher errors, want none", n)
-	}
+	wantServedWithoutErrors(t, popped, "after-the-unblock", "the unblock", obs)
 }

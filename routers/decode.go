@@ -83,19 +83,6 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	return body, true
 }
 
-// armWriteDeadline gives the answer being written d from now (none for d
-// = 0). net/http's WriteTimeout runs from the end of the request's head,
-// which would cut the answer to a slow body, a held /pop or a call that
-// waited on Redis; so writeEnvelope sets it again as it writes. (The fast
-// path's writer has no such method: it sets the deadline itself when it
-// writes. No middleware wraps the writer, so the method is looked for on
-// it directly, without a ResponseController's allocation.)
-func armWriteDeadline(w http.ResponseWriter, d time.Duration) {
-	if deadline, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok && d > 0 {
-		_ = deadline.SetWriteDeadline(time.Now().Add(d))
-	}
-}
-
 // msgBodyTooLarge answers a body over max_body_bytes, limit.
 func msgBodyTooLarge(limit int64) string {
 	return "request body is larger than max_body_bytes (" + strconv.FormatInt(limit, 10) + " bytes)"

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/delay-queue/delay-queue/delayqueue"
 	"github.com/delay-queue/delay-queue/wire"
@@ -133,6 +134,19 @@ func fail(w http.ResponseWriter, r *http.Request, message string) {
 // of a batch.
 func failWithData(w http.ResponseWriter, r *http.Request, message string, data any) {
 	writeEnvelope(w, r, http.StatusOK, wire.CodeFailure, message, data)
+}
+
+// armWriteDeadline gives the answer being written d from now (none for d
+// = 0). net/http's WriteTimeout runs from the end of the request's head,
+// which would cut the answer to a slow body, a held /pop or a call that
+// waited on Redis; so writeEnvelope sets it again as it writes. (The fast
+// path's writer has no such method: it sets the deadline itself when it
+// writes. No middleware wraps the writer, so the method is looked for on
+// it directly, without a ResponseController's allocation.)
+func armWriteDeadline(w http.ResponseWriter, d time.Duration) {
+	if deadline, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok && d > 0 {
+		_ = deadline.SetWriteDeadline(time.Now().Add(d))
+	}
 }
 
 // partFailure is why some items of a batch were not handled, as the

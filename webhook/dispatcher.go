@@ -148,11 +148,11 @@ func (d *Dispatcher) claimLoop(ctx, callCtx context.Context, held *sync.WaitGrou
 		}
 		mayHaveMore = err == nil && len(jobs) == free
 		if err != nil {
-			// An outage is the engine's to log, once; anything else is
-			// worth a warning.
+			// An outage, or a layout changed under this server, is the
+			// engine's to log, once; anything else is worth a warning.
 			level := slog.LevelWarn
 			if errors.Is(err, delayqueue.ErrUnavailable) || errors.Is(err, delayqueue.ErrLayout) {
-				level = slog.LevelDebug // the engine logged the layout change once
+				level = slog.LevelDebug
 			}
 			d.log.Log(ctx, level, "claiming callback jobs failed", "err", err)
 			_ = pause.For(ctx, claimErrorBackoff)

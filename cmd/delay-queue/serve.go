@@ -250,8 +250,8 @@ func (s *server) buildHTTP() {
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		// From the end of the head; the handlers set it again once a body
-		// is in and once a held /pop's wait ends (routers.Options).
+		// From the end of the head; the handlers' answers set it again as
+		// they are written (routers.Options.WriteTimeout).
 		WriteTimeout: cfg.WriteTimeout,
 		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}

@@ -951,7 +951,7 @@ local function fail_delivery(id, job, reason, end_ms, override_ms, now)
 end
 
 -- section held, needs state
--- A job acted on by its delivery (release, touch, and finish
+-- A job acted on by its delivery (release, touch, unclaim, and finish
 -- with a receipt).
 
 -- held_delivery reads it and checks it: it returns the job, or a refusal

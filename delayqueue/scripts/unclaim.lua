@@ -1,4 +1,4 @@
--- lib: ready
+-- lib: ready held
 -- unclaim.lua: give back a delivery that could not be handed to a live
 -- consumer (it left while the job was claimed for it): the job is ready
 -- again at once, in the place it had, and the delivery is not counted.
@@ -8,15 +8,11 @@
 -- ARGV[ARG] id, ARGV[ARG+1] the attempts value of that delivery, and
 -- optionally ARGV[ARG+2] the job's creation time in ms as the delivery
 -- knew it (a webhook dispatcher's: a job pushed again since counts its
--- attempts from 1 again).
+-- attempts from 1 again): see held_delivery.
 -- Reply: 1 given back, 0 the job had moved on (finished, re-pushed...).
 local id = ARGV[ARG]
-local job = get(id)
-if not job or job.s ~= 'reserved' or int(job.a) ~= ARGV[ARG + 1] then
-  return 0
-end
-local created = ARGV[ARG + 2]
-if created and created ~= '' and tail(job).c ~= created then
+local job, refusal = held_delivery(id, ARGV[ARG + 1], ARGV[ARG + 2])
+if refusal then
   return 0
 end
 local pos = extra(job).q

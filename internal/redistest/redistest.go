@@ -40,10 +40,11 @@ type Server struct {
 
 // FreePort returns a loopback TCP port that was free a moment ago, taken
 // below the kernel's range of ephemeral ports (32768 and up on Linux), as
-// the cluster nodes' are, but not from theirs (see clusterPortsEnd). A port of that range, once its listener closes,
-// may go at once to another test's listener on port 0 or to the source
-// port of a connection, and the process started on it then exits with
-// "address already in use" (seen in a clean-clone CI run, TestProcessOperations).
+// the cluster nodes' are, but not from theirs (see clusterPortsEnd). A
+// port of that range, once its listener closes, may go at once to another
+// test's listener on port 0 or to the source port of a connection, and the
+// process started on it then exits with "address already in use" (seen in
+// a clean-clone CI run, TestProcessOperations).
 // Past 100 ports found taken, it takes one from the kernel.
 func FreePort(t testing.TB) int {
 	t.Helper()
